@@ -1,0 +1,5 @@
+"""`python -m diagnosd`."""
+
+from diagnosd.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,171 @@
+"""The `diagnosd` command line: a thin driver over runtime, engine and render.
+
+Exit statuses: 0 the command ran (whatever the diagnosis found), 1 rules invalid or rule tests
+failed, 2 bad usage or an unknown symptom, 3 Prometheus could not be reached or answered wrongly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import json
+import sys
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+
+from diagnosd import runtime
+from diagnosd.engine import ParamError, Scope
+from diagnosd.errors import DiagnosdError, RulesError, ScopeError, SourceError, UnknownSymptom
+from diagnosd.render import json as render_json
+from diagnosd.render import text as render_text
+from diagnosd.sources import PrometheusConfig
+
+EXIT_OK, EXIT_RULES, EXIT_USAGE, EXIT_SOURCE = 0, 1, 2, 3
+
+# Further drivers, one module each with `register(commands)` adding its subcommand(s) and
+# `run(args) -> int`; a module owns the commands it registers (args.command is one of them).
+DRIVERS: tuple[str, ...] = ()
+
+
+def parser() -> argparse.ArgumentParser:
+    root = argparse.ArgumentParser(prog="diagnosd", description=__doc__.splitlines()[0] if __doc__ else None)
+    root.add_argument("--rules", type=Path, help="rules directory (default: the shipped rules)")
+    commands = root.add_subparsers(dest="command", required=True)
+
+    symptoms = commands.add_parser("symptoms", help="list the symptoms diagnosd can diagnose")
+    _format_lang(symptoms)
+
+    diagnose = commands.add_parser("diagnose", help="walk one symptom's tree against Prometheus")
+    diagnose.add_argument("symptom")
+    diagnose.add_argument("--prometheus", required=True, metavar="URL")
+    diagnose.add_argument("--match", action="append", default=[], metavar="LABEL=VALUE", help="narrow the scope")
+    diagnose.add_argument("--at", type=parse_time, help="RFC3339 or Unix time (default: now)")
+    diagnose.add_argument("--param", action="append", default=[], metavar="NAME=VALUE", help="override a tree param")
+    _prometheus_options(diagnose)
+    _format_lang(diagnose)
+
+    rules = commands.add_parser("rules", help="validate, test or check coverage of rules")
+    rules_commands = rules.add_subparsers(dest="rules_command", required=True)
+    validate = rules_commands.add_parser("validate", help="load every tree, report every problem")
+    validate.add_argument("dir", nargs="?", type=Path)
+    test = rules_commands.add_parser("test", help="run the series tests beside the trees on a real Prometheus")
+    test.add_argument("dir", nargs="?", type=Path)
+    test.add_argument("--only", action="append", default=[], metavar="SYMPTOM", help="test these trees only")
+    test.add_argument("--prometheus-binary", default="prometheus")
+    test.add_argument("--promtool-binary", default="promtool")
+    for name in DRIVERS:
+        importlib.import_module(name).register(commands)
+    return root
+
+
+def _format_lang(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--format", choices=("text", "json"), default="text")
+    command.add_argument("--lang", choices=("en", "zh"), default="en")
+
+
+def _prometheus_options(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "--header",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="extra HTTP header, e.g. X-Scope-OrgID=tenant",
+    )
+    command.add_argument("--bearer-token-file", type=Path)
+    command.add_argument("--timeout", type=float, default=10.0, help="seconds per query")
+
+
+def parse_time(text: str) -> datetime:
+    try:
+        return datetime.fromtimestamp(float(text), UTC)
+    except ValueError:
+        pass
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is neither RFC3339 nor a Unix time") from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return run(args)
+    except RulesError as error:
+        print(error, file=sys.stderr)
+        return EXIT_RULES
+    except (UnknownSymptom, ScopeError, ParamError) as error:
+        print(f"diagnosd: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    except SourceError as error:
+        print(f"diagnosd: Prometheus could not be used: {error}", file=sys.stderr)
+        return EXIT_SOURCE
+    except DiagnosdError as error:
+        print(f"diagnosd: {error}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.command == "rules":
+        return rules_command(args)
+    driver = getattr(args, "driver", None)
+    if driver is not None:
+        code: int = importlib.import_module(driver).run(args)
+        return code
+    rules = runtime.load(args.rules)
+    if args.command == "symptoms":
+        return symptoms(rules, args.format, args.lang)
+    return asyncio.run(diagnose(rules, args))
+
+
+def symptoms(rules: runtime.Rules, fmt: str, lang: str) -> int:
+    trees = rules.ruleset.trees.values()
+    if fmt == "json":
+        rows = [{"id": t.id, "title": render_json.text(t.title), "target": t.target} for t in trees]
+        print(json.dumps(rows, ensure_ascii=False, indent=2))
+    else:
+        for tree in trees:
+            print(f"{tree.id:<24} {render_text.pick(tree.title, lang)}  [{', '.join(tree.target)}]")
+    return EXIT_OK
+
+
+async def diagnose(rules: runtime.Rules, args: argparse.Namespace) -> int:
+    tree = rules.ruleset.tree(args.symptom)
+    if tree is None:
+        raise UnknownSymptom(args.symptom, list(rules.ruleset.trees))
+    scope = Scope.parse(args.match)
+    overrides = dict(_pair(item, "--param") for item in args.param)
+    async with runtime.evaluator(_config(args), rules) as evaluator:
+        result = await evaluator.diagnose(tree, scope, args.at, overrides)
+    if args.format == "json":
+        print(json.dumps(render_json.diagnosis(result), ensure_ascii=False, indent=2))
+    else:
+        print(render_text.render(result, args.lang), end="")
+    return EXIT_OK
+
+
+def _config(args: argparse.Namespace) -> PrometheusConfig:
+    headers = dict(_pair(item, "--header") for item in args.header)
+    token = args.bearer_token_file.read_text().strip() if args.bearer_token_file else None
+    return PrometheusConfig(url=args.prometheus, timeout=args.timeout, headers=headers, bearer_token=token)
+
+
+def _pair(item: str, flag: str) -> tuple[str, str]:
+    name, sep, value = item.partition("=")
+    if not sep or not name:
+        raise ScopeError(item, f"{flag} takes NAME=VALUE")
+    return name, value
+
+
+def rules_command(args: argparse.Namespace) -> int:
+    directory = args.dir or args.rules or runtime.default_rules_dir()
+    if args.rules_command == "validate":
+        rules = runtime.load(directory)
+        count = len(rules.ruleset.trees)
+        print(f"{directory}: {count} trees valid")
+        return EXIT_OK
+    from diagnosd.rulestest.runner import run_tests
+
+    return EXIT_OK if run_tests(directory, args) else EXIT_RULES

@@ -1,0 +1,164 @@
+"""Turns query answers into verdicts for one target: pure functions, no I/O.
+
+Health and verdict stay apart: an answer that could not be had is `unknown` with its reason,
+never `clear`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from diagnosd.errors import SourceError, SourceTimeout
+from diagnosd.findings.model import CheckResult, Evidence, NodeKind, Reason, Verdict
+from diagnosd.sources.base import Sample
+from diagnosd.trees.model import Compare, Text
+
+Key = tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One query's outcome at one time: samples by target key, or the error that prevented it."""
+
+    by_target: Mapping[Key, list[Sample]] = field(default_factory=dict)
+    everywhere: list[Sample] = field(default_factory=list)
+    error: SourceError | None = None
+
+    def samples(self, key: Key) -> list[Sample]:
+        return self.by_target.get(key, []) or self.everywhere
+
+
+@dataclass(frozen=True)
+class Question:
+    """A compiled comparison: the rewritten query, its threshold and where its baseline lies."""
+
+    id: str
+    kind: NodeKind
+    title: Text
+    query: str
+    compare: Compare
+    threshold: float
+    now: Answer
+    baseline: Answer | None = None
+    baseline_at: datetime | None = None
+    absent: tuple[str, ...] = ()
+    all_absent: bool = False
+    value_label: str | None = None
+    absent_as_zero: bool = False
+    unit: str | None = None
+    assumed: Mapping[str, float | str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Judged:
+    verdict: Verdict
+    reason: Reason | None = None
+    detail: str | None = None
+    evidence: Evidence | None = None
+    excess: float = 0.0
+
+
+def judge(question: Question, key: Key, context: Mapping[str, float | None] | None = None) -> Judged:
+    evidence = Evidence(
+        check=question.id,
+        query=question.query,
+        operator=question.compare.operator,
+        threshold=question.threshold,
+        baseline_at=question.baseline_at,
+        unit=question.unit,
+        assumed=question.assumed,
+        context=context or {},
+    )
+    value, problem = _value(question, question.now, key)
+    if problem is not None:
+        return Judged(Verdict.UNKNOWN, problem[0], problem[1], evidence)
+    assert value is not None
+    evidence = _with(evidence, value=value)
+    baseline: float | None = None
+    if question.baseline is not None:
+        baseline, problem = _value(question, question.baseline, key)
+        if problem is not None:
+            reason = Reason.NO_BASELINE if problem[0] in (Reason.NO_DATA, Reason.ZERO_OVER_ZERO) else problem[0]
+            return Judged(Verdict.UNKNOWN, reason, f"baseline: {problem[1]}", evidence)
+        evidence = _with(evidence, baseline=baseline)
+    compared = evidence.compared
+    assert compared is not None
+    matched, excess = _compare(question.compare.operator, compared, question.threshold)
+    return Judged(Verdict.MATCHED if matched else Verdict.CLEAR, evidence=evidence, excess=excess)
+
+
+def _with(evidence: Evidence, **changes: object) -> Evidence:
+    from dataclasses import replace
+
+    return replace(evidence, **changes)  # type: ignore[arg-type]
+
+
+def _value(question: Question, answer: Answer, key: Key) -> tuple[float | None, tuple[Reason, str] | None]:
+    if answer.error is not None:
+        reason = Reason.TIMEOUT if isinstance(answer.error, SourceTimeout) else Reason.QUERY_ERROR
+        return None, (reason, answer.error.detail)
+    samples = answer.samples(key)
+    if not samples:
+        if question.all_absent:
+            return None, (Reason.METRIC_ABSENT, f"no series of {', '.join(question.absent)} on this Prometheus")
+        if question.absent_as_zero:
+            return 0.0, None
+        detail = "no sample for this target"
+        if question.absent:
+            detail += f" (absent metrics: {', '.join(question.absent)})"
+        return None, (Reason.NO_DATA, detail)
+    values: list[float] = []
+    for sample in samples:
+        if question.value_label is None:
+            values.append(sample.value)
+            continue
+        raw = sample.labels.get(question.value_label)
+        try:
+            values.append(float(raw) if raw is not None else math.nan)
+        except ValueError:
+            return None, (Reason.BAD_VALUE, f"label {question.value_label}={raw!r} is not a number")
+    finite = [v for v in values if not math.isnan(v)]
+    if not finite:
+        return None, (Reason.ZERO_OVER_ZERO, "the query gave NaN (0/0, or no observations in the window)")
+    # Several series for one target (a query not aggregated to the target): judge the worst one.
+    return (min(finite) if question.compare.operator.endswith("below") else max(finite)), None
+
+
+def _compare(operator: str, compared: float, threshold: float) -> tuple[bool, float]:
+    if operator.endswith("above"):
+        return compared > threshold, _excess(compared, threshold)
+    return compared < threshold, _excess(threshold, compared)
+
+
+def _excess(big: float, small: float) -> float:
+    """How many times `big` exceeds `small` (>1 when past the threshold); for ranking only."""
+    if small > 0 and big >= 0:
+        return big / small if math.isfinite(big) else math.inf
+    return 1.0 + (big - small)
+
+
+def result(question: Question, judged: Judged, depth: int, parent: str | None, cause: str | None) -> CheckResult:
+    return CheckResult(
+        id=question.id,
+        kind=question.kind,
+        title=question.title,
+        depth=depth,
+        verdict=judged.verdict,
+        parent=parent,
+        reason=judged.reason,
+        detail=judged.detail,
+        evidence=judged.evidence,
+        cause=cause,
+    )
+
+
+def context_values(answers: Sequence[tuple[str, Answer]], key: Key) -> dict[str, float | None]:
+    out: dict[str, float | None] = {}
+    for name, answer in answers:
+        samples = [] if answer.error else answer.samples(key)
+        values = [s.value for s in samples if not math.isnan(s.value)]
+        out[name] = max(values) if values else None
+    return out

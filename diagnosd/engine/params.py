@@ -1,0 +1,62 @@
+"""A tree's params with per-deployment overrides applied, and the values they turn into."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import timedelta
+
+import promql_parser as pp
+
+from diagnosd.errors import DiagnosdError
+from diagnosd.trees.model import DURATION, Tree
+from diagnosd.trees.promql import refs
+
+
+class ParamError(DiagnosdError):
+    def __init__(self, tree: str, name: str, reason: str) -> None:
+        self.tree, self.name, self.reason = tree, name, reason
+        super().__init__(f"param {tree}.{name}: {reason}")
+
+
+Params = dict[str, float | str]
+
+
+def effective(tree: Tree, overrides: Mapping[str, float | str] | None = None) -> Params:
+    """Defaults overridden by `overrides`; each override keeps the kind (number or duration) of its default."""
+    values: Params = {name: p.default for name, p in tree.params.items()}
+    for name, raw in (overrides or {}).items():
+        if name not in tree.params:
+            raise ParamError(tree.id, name, f"no such param (known: {', '.join(sorted(tree.params)) or 'none'})")
+        values[name] = _coerce(tree.id, name, raw, tree.params[name].default)
+    return values
+
+
+def _coerce(tree: str, name: str, raw: float | str, default: float | str) -> float | str:
+    if isinstance(default, str):
+        text = str(raw)
+        if not DURATION.match(text):
+            raise ParamError(tree, name, f"{raw!r} is not a duration such as 10m or 1d")
+        return text
+    try:
+        return float(raw)
+    except (TypeError, ValueError):
+        raise ParamError(tree, name, f"{raw!r} is not a number") from None
+
+
+def number(value: float | str, params: Mapping[str, float | str]) -> float:
+    """A threshold: a literal number or `$param` (validated at load time to name a number)."""
+    if isinstance(value, str):
+        return float(params[value.removeprefix("$")])
+    return float(value)
+
+
+def duration(value: str, params: Mapping[str, float | str]) -> timedelta:
+    text = str(params[value[1:]]) if value.startswith("$") else value
+    parsed: timedelta = pp.parse_duration(text)
+    return parsed
+
+
+def assumed_in(text: str, tree: Tree, params: Mapping[str, float | str]) -> dict[str, float | str]:
+    """The assumed params (no exporter publishes them) that a query or threshold mentions."""
+    mentioned = refs(text)
+    return {name: params[name] for name, spec in tree.params.items() if spec.assumed and name in mentioned}

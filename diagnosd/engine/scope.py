@@ -1,0 +1,49 @@
+"""A scope: label = value pairs that narrow a diagnosis (from --match, REST query or an alert)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from diagnosd.errors import ScopeError
+from diagnosd.trees.model import LABEL_NAME
+
+
+@dataclass(frozen=True)
+class Scope:
+    pairs: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def of(cls, labels: Mapping[str, str]) -> Scope:
+        for name, value in labels.items():
+            _check(name, value)
+        return cls(tuple(sorted(labels.items())))
+
+    @classmethod
+    def parse(cls, items: Iterable[str]) -> Scope:
+        """From `LABEL=VALUE` strings (the value may hold anything, `=` included)."""
+        labels: dict[str, str] = {}
+        for item in items:
+            name, sep, value = item.partition("=")
+            if not sep:
+                raise ScopeError(item, "expected LABEL=VALUE")
+            if name in labels:
+                raise ScopeError(name, "given twice")
+            labels[name] = value
+        return cls.of(labels)
+
+    def as_dict(self) -> dict[str, str]:
+        return dict(self.pairs)
+
+
+def _check(name: str, value: str) -> None:
+    if not LABEL_NAME.match(name):
+        raise ScopeError(name, "label names are [a-zA-Z_][a-zA-Z0-9_]*")
+    if name.startswith("__"):
+        raise ScopeError(name, "labels starting with __ are reserved")
+    if not isinstance(value, str):
+        raise ScopeError(name, "the value must be a string")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise ScopeError(name, f"the value is not valid unicode: {error.reason}") from error

@@ -1,0 +1,83 @@
+"""The one error hierarchy of diagnosd; every error carries the data that explains it.
+
+DiagnosdError
+├── RulesError            trees that failed to load (every Problem at once)
+├── UnknownSymptom        a symptom id no loaded tree has
+├── ScopeError            a scope label name that is not a valid label, or a bad matcher
+└── SourceError           the query source failed (carries the PromQL and the URL)
+    ├── SourceUnavailable     could not connect at all
+    ├── SourceTimeout         no answer within the per-query timeout
+    ├── QueryRejected         Prometheus refused the query (bad_data, 4xx)
+    └── SourceProtocolError   an answer that is not what the HTTP API promises
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+class DiagnosdError(Exception):
+    """Base of every error diagnosd raises on purpose."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One reason a rules file cannot be loaded, located precisely."""
+
+    file: str
+    line: int | None
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        where = f"{self.file}:{self.line}" if self.line is not None else self.file
+        path = f" {self.path}:" if self.path else ""
+        return f"{where}:{path} {self.message}"
+
+
+class RulesError(DiagnosdError):
+    def __init__(self, problems: Sequence[Problem]) -> None:
+        self.problems = tuple(problems)
+        count = len(self.problems)
+        lines = "\n".join(str(p) for p in self.problems)
+        super().__init__(f"{count} problem{'s' if count != 1 else ''} in rules:\n{lines}")
+
+
+class UnknownSymptom(DiagnosdError):
+    def __init__(self, symptom: str, known: Sequence[str]) -> None:
+        self.symptom = symptom
+        self.known = tuple(known)
+        super().__init__(f"unknown symptom {symptom!r}; known symptoms: {', '.join(self.known)}")
+
+
+class ScopeError(DiagnosdError):
+    def __init__(self, label: str, reason: str) -> None:
+        self.label = label
+        self.reason = reason
+        super().__init__(f"bad scope label {label!r}: {reason}")
+
+
+class SourceError(DiagnosdError):
+    def __init__(self, message: str, *, url: str, query: str | None = None) -> None:
+        self.url = url
+        self.query = query
+        self.detail = message
+        suffix = f" (query: {query})" if query else ""
+        super().__init__(f"{message} [{url}]{suffix}")
+
+
+class SourceUnavailable(SourceError):
+    pass
+
+
+class SourceTimeout(SourceError):
+    pass
+
+
+class QueryRejected(SourceError):
+    pass
+
+
+class SourceProtocolError(SourceError):
+    pass

@@ -1,0 +1,131 @@
+"""What a diagnosis found: immutable records carrying their evidence (engine output, not wire JSON)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+
+from diagnosd.trees.model import Severity, Text
+
+
+class Verdict(StrEnum):
+    MATCHED = "matched"
+    CLEAR = "clear"
+    UNKNOWN = "unknown"
+    MANUAL = "manual"
+    # A child of a check that did not match: the seed only asks it on the "yes" branch.
+    SKIPPED = "skipped"
+
+
+class Reason(StrEnum):
+    """Why a check is unknown: diagnosd could not look, which is never "no problem"."""
+
+    NO_DATA = "no_data"
+    METRIC_ABSENT = "metric_absent"
+    QUERY_ERROR = "query_error"
+    TIMEOUT = "timeout"
+    ZERO_OVER_ZERO = "zero_over_zero"
+    LOW_TRAFFIC = "low_traffic"
+    NO_BASELINE = "no_baseline"
+    BAD_VALUE = "bad_value"
+    PARENT_NOT_MATCHED = "parent_not_matched"
+
+
+class NodeKind(StrEnum):
+    CHECK = "check"
+    MANUAL = "manual"
+    GROUP = "group"
+    DETECT = "detect"
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """The numbers behind one verdict: enough to see why without re-running anything."""
+
+    check: str
+    query: str
+    operator: str
+    threshold: float
+    value: float | None = None
+    baseline: float | None = None
+    baseline_at: datetime | None = None
+    unit: str | None = None
+    # Params no exporter publishes that this verdict relied on (name -> value used).
+    assumed: Mapping[str, float | str] = field(default_factory=dict)
+    context: Mapping[str, float | None] = field(default_factory=dict)
+
+    @property
+    def compared(self) -> float | None:
+        """The number the threshold applies to: the value, its ratio or its delta to the baseline."""
+        if self.value is None:
+            return None
+        if self.operator.startswith("ratio_"):
+            return _ratio(self.value, self.baseline)
+        if self.operator.startswith("delta_") and self.baseline is not None:
+            return self.value - self.baseline
+        return self.value
+
+
+def _ratio(value: float, baseline: float | None) -> float | None:
+    if baseline is None:
+        return None
+    if baseline == 0:
+        return 1.0 if value == 0 else float("inf")
+    return value / baseline
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    id: str
+    kind: NodeKind
+    title: Text
+    depth: int
+    verdict: Verdict
+    parent: str | None = None
+    reason: Reason | None = None
+    detail: str | None = None
+    evidence: Evidence | None = None
+    guidance: Text | None = None
+    cause: str | None = None
+
+
+@dataclass(frozen=True)
+class RootCause:
+    cause: str
+    title: Text
+    severity: Severity
+    remediation: tuple[Text, ...]
+    check: str
+    depth: int
+    # How far past its threshold (1.0 = at the threshold): ranks causes of equal depth.
+    excess: float
+    # The branch taken, outermost check first, this cause's own check last.
+    evidence: tuple[Evidence, ...]
+    caveat: Text | None = None
+
+
+@dataclass(frozen=True)
+class TargetDiagnosis:
+    labels: Mapping[str, str]
+    symptom_present: bool | None
+    detect: CheckResult
+    root_causes: tuple[RootCause, ...]
+    checks: tuple[CheckResult, ...]
+
+    def by_verdict(self, verdict: Verdict) -> tuple[CheckResult, ...]:
+        return tuple(c for c in self.checks if c.verdict is verdict and c.kind is not NodeKind.GROUP)
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    symptom: str
+    title: Text
+    evaluated_at: datetime
+    scope: Mapping[str, str]
+    target_labels: tuple[str, ...]
+    targets: tuple[TargetDiagnosis, ...]
+    queries: int
+    # Scope-wide remarks: metrics absent on this Prometheus, defaults relied upon...
+    notes: tuple[str, ...] = ()

@@ -1,0 +1,198 @@
+"""`diagnosd rules test`: every tree's series tests, backfilled into one TSDB, answered by one real Prometheus.
+
+Each test's series carry an isolation label (`diagnosd_test`) that the runner also adds to the
+scope, so all tests share one time frame without seeing each other.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import yaml
+from pydantic import ValidationError
+
+from diagnosd import runtime
+from diagnosd.engine import Evaluator, ParamError, Scope
+from diagnosd.errors import DiagnosdError
+from diagnosd.findings.model import Diagnosis, TargetDiagnosis
+from diagnosd.rulestest import notation
+from diagnosd.rulestest.openmetrics import Series, write
+from diagnosd.rulestest.server import LocalPrometheus, backfill
+from diagnosd.rulestest.spec import Case, Expectation, TestFile
+from diagnosd.sources import PrometheusConfig, PrometheusSource
+from diagnosd.trees.model import Tree
+
+ISOLATION_LABEL = "diagnosd_test"
+# Far enough in the past to never meet live data; retention is counted from the newest block.
+EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+@dataclass
+class CaseResult:
+    tree: str
+    name: str
+    failures: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures
+
+
+@dataclass(frozen=True)
+class Loaded:
+    tree: Tree
+    case: Case
+    case_id: str
+    interval: timedelta
+
+
+def run_tests(directory: Path, args: argparse.Namespace) -> bool:
+    results = collect(directory, args.only, args.prometheus_binary, args.promtool_binary)
+    for result in results:
+        print(f"{'ok  ' if result.passed else 'FAIL'} {result.tree}: {result.name}")
+        for failure in result.failures:
+            print(f"       {failure}")
+    failed = sum(not r.passed for r in results)
+    print(f"rules test: {len(results) - failed} passed, {failed} failed")
+    return failed == 0 and bool(results)
+
+
+def collect(
+    directory: Path, only: Sequence[str] = (), prometheus: str = "prometheus", promtool: str = "promtool"
+) -> list[CaseResult]:
+    rules = runtime.load(directory)
+    trees = [t for t in rules.ruleset.trees.values() if not only or t.id in only]
+    results: list[CaseResult] = []
+    loaded: list[Loaded] = []
+    for tree in trees:
+        cases, problem = _read(directory / f"{tree.id}.test.yaml", tree)
+        if problem:
+            results.append(CaseResult(tree.id, "(test file)", [problem]))
+        loaded.extend(cases)
+    if not loaded:
+        return results
+    with tempfile.TemporaryDirectory(prefix="diagnosd-rules-test-") as tmp:
+        work = Path(tmp)
+        series, problems = _series(loaded)
+        results.extend(problems)
+        with (work / "series.om").open("w") as out:
+            write(out, series)
+        backfill(work / "series.om", work / "tsdb", promtool)
+        with LocalPrometheus(work, tsdb=work / "tsdb", binary=prometheus) as prom:
+            results.extend(asyncio.run(_evaluate(prom.url, rules, loaded)))
+    return results
+
+
+def _read(path: Path, tree: Tree) -> tuple[list[Loaded], str | None]:
+    if not path.is_file():
+        return [], f"no test file {path.name}: every tree ships with its tests"
+    try:
+        spec = TestFile.model_validate(yaml.safe_load(path.read_text(encoding="utf-8")))
+    except (yaml.YAMLError, ValidationError) as error:
+        return [], f"{path}: {error}"
+    default = _duration(spec.interval)
+    return [
+        Loaded(tree, case, f"{tree.id}/{index}", _duration(case.interval) if case.interval else default)
+        for index, case in enumerate(spec.tests)
+    ], None
+
+
+def _series(loaded: list[Loaded]) -> tuple[list[Series], list[CaseResult]]:
+    out: list[Series] = []
+    problems: list[CaseResult] = []
+    for item in loaded:
+        step = item.interval.total_seconds()
+        try:
+            for one in item.case.input_series:
+                name, labels = notation.series(one.series)
+                values = notation.expand(one.values)
+                points = [(EPOCH.timestamp() + i * step, v) for i, v in enumerate(values) if v is not None]
+                out.append(Series(name, {**labels, ISOLATION_LABEL: item.case_id}, points))
+        except notation.NotationError as error:
+            problems.append(CaseResult(item.tree.id, item.case.name, [str(error)]))
+    return out, problems
+
+
+async def _evaluate(url: str, rules: runtime.Rules, loaded: list[Loaded]) -> list[CaseResult]:
+    config = PrometheusConfig(url=url, timeout=30.0)
+    limit = asyncio.Semaphore(4)
+    async with config.client() as client:
+        evaluator = Evaluator(PrometheusSource(config, client), rules.aliases, strict_labels=[ISOLATION_LABEL])
+
+        async def one(item: Loaded) -> CaseResult:
+            async with limit:
+                return await _case(evaluator, item)
+
+        return list(await asyncio.gather(*(one(item) for item in loaded)))
+
+
+async def _case(evaluator: Evaluator, item: Loaded) -> CaseResult:
+    result = CaseResult(item.tree.id, item.case.name)
+    at = EPOCH + _duration(item.case.eval_time)
+    try:
+        scope = Scope.of({**item.case.scope, ISOLATION_LABEL: item.case_id})
+        diagnosis = await evaluator.diagnose(item.tree, scope, at, item.case.params)
+    except (DiagnosdError, ParamError) as error:
+        result.failures.append(f"diagnosis failed: {error}")
+        return result
+    for expectation in item.case.expect:
+        result.failures.extend(check(diagnosis, expectation))
+    return result
+
+
+def check(diagnosis: Diagnosis, want: Expectation) -> list[str]:
+    """Every way the diagnosis differs from the expectation, as readable diff lines."""
+    found = next((t for t in diagnosis.targets if dict(t.labels) == want.target), None)
+    where = " ".join(f"{k}={v}" for k, v in want.target.items())
+    if found is None:
+        seen = "; ".join(" ".join(f"{k}={v}" for k, v in t.labels.items()) for t in diagnosis.targets) or "none"
+        return [f"[{where}] not diagnosed; targets seen: {seen}"]
+    return [f"[{where}] {line}" for line in _differences(found, want)]
+
+
+def _differences(t: TargetDiagnosis, want: Expectation) -> list[str]:
+    causes = [c.cause for c in t.root_causes]
+    verdicts = {c.id: str(c.verdict) for c in t.checks}
+    out: list[str] = []
+    if want.symptom_present is not None and t.symptom_present != want.symptom_present:
+        out.append(
+            f"symptom_present: want {want.symptom_present}, got {t.symptom_present} "
+            f"({_explain(t.detect.verdict, t.detect.reason, t.detect.detail)})"
+        )
+    if want.top_cause is not None and (not causes or causes[0] != want.top_cause):
+        out.append(f"top cause: want {want.top_cause}, got {causes[0] if causes else 'none'} (all: {causes})")
+    out.extend(f"cause {c}: want present, missing (got {causes}); {_why(t, c)}" for c in want.causes if c not in causes)
+    out.extend(f"cause {c}: must not appear, but did (got {causes})" for c in want.absent_causes if c in causes)
+    if want.no_cause and causes:
+        out.append(f"no cause wanted, got {causes}")
+    for check_id, verdict in want.checks.items():
+        if verdicts.get(check_id) != verdict:
+            node = next((c for c in t.checks if c.id == check_id), None)
+            detail = _explain(node.verdict, node.reason, node.detail) if node else "no such check"
+            out.append(f"check {check_id}: want {verdict}, got {verdicts.get(check_id)} ({detail})")
+    return out
+
+
+def _why(t: TargetDiagnosis, cause: str) -> str:
+    node = next((c for c in t.checks if c.cause == cause), None)
+    if node is None:
+        return "no node concludes it"
+    e = node.evidence
+    numbers = f" value={e.value} baseline={e.baseline} threshold={e.threshold}" if e else ""
+    return f"check {node.id} was {_explain(node.verdict, node.reason, node.detail)}{numbers}"
+
+
+def _explain(verdict: object, reason: object, detail: str | None) -> str:
+    return f"{verdict}" + (f", {reason}" if reason else "") + (f": {detail}" if detail else "")
+
+
+def _duration(text: str) -> timedelta:
+    from diagnosd.engine.params import duration
+
+    return duration(text, {})

@@ -1,0 +1,123 @@
+"""A real Prometheus on a loopback port, started and always stopped by its owner (tests, demo, runner)."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+
+import httpx
+import yaml
+
+
+class ServerError(RuntimeError):
+    pass
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def backfill(openmetrics: Path, tsdb: Path, promtool: str = "promtool") -> None:
+    """Turn an OpenMetrics file into TSDB blocks; do it before Prometheus starts (it only sees blocks at start)."""
+    tool = _binary(promtool)
+    done = subprocess.run(
+        [tool, "tsdb", "create-blocks-from", "openmetrics", str(openmetrics), str(tsdb)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise ServerError(f"promtool backfill failed ({done.returncode}): {done.stderr.strip() or done.stdout.strip()}")
+
+
+@dataclass
+class LocalPrometheus:
+    """`with LocalPrometheus(workdir) as prom:` → prom.url answers until the block ends."""
+
+    workdir: Path
+    tsdb: Path | None = None
+    scrape: list[dict[str, object]] = field(default_factory=list)
+    scrape_interval: str = "15s"
+    query_log: Path | None = None
+    binary: str = "prometheus"
+    port: int = 0
+    extra_args: list[str] = field(default_factory=list)
+    _process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self) -> LocalPrometheus:
+        self.start()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None) -> None:
+        self.stop()
+
+    def start(self, timeout: float = 30.0) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        config = self.workdir / "prometheus.yml"
+        body: dict[str, object] = {
+            "global": {"scrape_interval": self.scrape_interval, "evaluation_interval": self.scrape_interval},
+            "scrape_configs": self.scrape,
+        }
+        if self.query_log is not None:
+            body["global"] = {**body["global"], "query_log_file": str(self.query_log)}  # type: ignore[dict-item]
+        config.write_text(yaml.safe_dump(body))
+        self.port = self.port or free_port()
+        log = (self.workdir / "prometheus.log").open("wb")
+        command = [
+            _binary(self.binary),
+            f"--config.file={config}",
+            f"--storage.tsdb.path={self.tsdb or self.workdir / 'data'}",
+            # Retention counts from the newest block, not the wall clock: keep old test data.
+            "--storage.tsdb.retention.time=10y",
+            f"--web.listen-address=127.0.0.1:{self.port}",
+            f"--web.external-url=http://127.0.0.1:{self.port}",
+            *self.extra_args,
+        ]
+        self._process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+        self._wait_ready(timeout)
+
+    def _wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self._process is not None and self._process.poll() is not None:
+                tail = (self.workdir / "prometheus.log").read_text(errors="replace")[-2000:]
+                raise ServerError(f"prometheus exited with {self._process.returncode}:\n{tail}")
+            try:
+                if httpx.get(f"{self.url}/-/ready", timeout=1.0).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.05)
+        self.stop()
+        raise ServerError(f"prometheus not ready on {self.url} after {timeout:g}s")
+
+    def stop(self) -> None:
+        if self._process is None:
+            return
+        self._process.terminate()
+        try:
+            self._process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait(timeout=10)
+        self._process = None
+
+
+def _binary(name: str) -> str:
+    found = shutil.which(name)
+    if found is None:
+        raise ServerError(f"{name!r} not found on PATH (Debian: apt-get install prometheus)")
+    return found

@@ -1,0 +1,39 @@
+"""The shape of rules/<id>.test.yaml: series in promtool notation and the expected diagnosis."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from diagnosd.trees.model import DURATION, Strict
+
+Duration = str
+
+
+class InputSeries(Strict):
+    series: str
+    values: str
+
+
+class Expectation(Strict):
+    target: dict[str, str]
+    symptom_present: bool | None = None
+    top_cause: str | None = None
+    causes: list[str] = []
+    absent_causes: list[str] = []
+    no_cause: bool = False
+    checks: dict[str, str] = {}
+
+
+class Case(Strict):
+    name: str
+    eval_time: Duration = Field(pattern=DURATION.pattern)
+    interval: Duration | None = Field(default=None, pattern=DURATION.pattern)
+    params: dict[str, float | str] = {}
+    scope: dict[str, str] = {}
+    input_series: list[InputSeries] = Field(min_length=1)
+    expect: list[Expectation] = Field(min_length=1)
+
+
+class TestFile(Strict):
+    interval: Duration = Field(default="1m", pattern=DURATION.pattern)
+    tests: list[Case] = Field(min_length=1)

@@ -1,0 +1,173 @@
+"""Prometheus HTTP API client (/api/v1/query, /api/v1/label/__name__/values) behind QuerySource.
+
+httpx errors are translated here into diagnosd's own SourceError types; nothing above this module
+sees httpx. Works unchanged against Thanos Querier, Mimir and VictoriaMetrics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import httpx
+
+from diagnosd.errors import (
+    QueryRejected,
+    SourceError,
+    SourceProtocolError,
+    SourceTimeout,
+    SourceUnavailable,
+)
+from diagnosd.sources.base import Sample
+
+RETRYABLE_STATUS = {429, 502, 503, 504}
+
+
+@dataclass(frozen=True)
+class PrometheusConfig:
+    url: str
+    timeout: float = 10.0
+    retries: int = 2
+    backoff: float = 0.2
+    bearer_token: str | None = field(default=None, repr=False)
+    basic_auth: tuple[str, str] | None = field(default=None, repr=False)
+    # e.g. {"X-Scope-OrgID": "tenant-a"} for Mimir / Cortex multi-tenancy.
+    headers: Mapping[str, str] = field(default_factory=dict)
+    verify: bool | str = True
+    client_cert: tuple[str, str] | None = None
+
+    def client(self) -> httpx.AsyncClient:
+        """An AsyncClient configured for this Prometheus; the caller owns (and closes) it."""
+        headers = {"User-Agent": "diagnosd", **self.headers}
+        if self.bearer_token:
+            headers["Authorization"] = f"Bearer {self.bearer_token}"
+        auth = httpx.BasicAuth(*self.basic_auth) if self.basic_auth else None
+        return httpx.AsyncClient(
+            base_url=self.url.rstrip("/"),
+            headers=headers,
+            auth=auth,
+            verify=self.verify,
+            cert=self.client_cert,
+            timeout=httpx.Timeout(self.timeout),
+        )
+
+
+class PrometheusSource:
+    def __init__(self, config: PrometheusConfig, client: httpx.AsyncClient) -> None:
+        self.config = config
+        self._client = client
+
+    async def query(self, promql: str, at: datetime) -> list[Sample]:
+        form = {"query": promql, "time": _unix(at), "timeout": f"{self.config.timeout:g}s"}
+        data = await self._call("POST", "/api/v1/query", promql, data=form)
+        return _samples(data, self._url("/api/v1/query"), promql)
+
+    async def metric_names(self, candidates: Collection[str], start: datetime, end: datetime) -> set[str]:
+        if not candidates:
+            return set()
+        selector = '{__name__=~"' + "|".join(sorted(candidates)) + '"}'
+        params = {"match[]": selector, "start": _unix(start), "end": _unix(end)}
+        data = await self._call("GET", "/api/v1/label/__name__/values", None, params=params)
+        if not isinstance(data, list) or not all(isinstance(n, str) for n in data):
+            raise SourceProtocolError("label values are not a list of names", url=self._url("/api/v1/label"))
+        return set(data) & set(candidates)
+
+    async def ready(self) -> bool:
+        """Whether the server answers its readiness probe (used by /readyz)."""
+        try:
+            response = await self._client.get("/-/ready")
+        except httpx.HTTPError:
+            return False
+        return response.status_code == 200
+
+    async def _call(self, method: str, path: str, promql: str | None, **kwargs: Any) -> Any:
+        attempt = 0
+        while True:
+            try:
+                return await self._once(method, path, promql, **kwargs)
+            except (SourceUnavailable, SourceTimeout, _Retryable) as error:
+                if attempt >= self.config.retries:
+                    raise (error.final() if isinstance(error, _Retryable) else error) from None
+            attempt += 1
+            await asyncio.sleep(self.config.backoff * 2 ** (attempt - 1))
+
+    async def _once(self, method: str, path: str, promql: str | None, **kwargs: Any) -> Any:
+        url = self._url(path)
+        try:
+            response = await self._client.request(method, path, **kwargs)
+        except httpx.TimeoutException as error:
+            raise SourceTimeout(
+                f"no answer within {self.config.timeout:g}s ({type(error).__name__})", url=url, query=promql
+            ) from error
+        except httpx.TransportError as error:
+            raise SourceUnavailable(
+                f"cannot reach Prometheus: {error or type(error).__name__}", url=url, query=promql
+            ) from error
+        return _payload(response, url, promql)
+
+    def _url(self, path: str) -> str:
+        return self.config.url.rstrip("/") + path
+
+
+class _Retryable(Exception):
+    """A transient HTTP status; becomes a SourceError when retries run out."""
+
+    def __init__(self, error: SourceError) -> None:
+        self.error = error
+
+    def final(self) -> SourceError:
+        return self.error
+
+
+def _payload(response: httpx.Response, url: str, promql: str | None) -> Any:
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    if not isinstance(body, dict):
+        error = SourceProtocolError(
+            f"HTTP {response.status_code} with a body that is not the API's JSON: {response.text[:200]!r}",
+            url=url,
+            query=promql,
+        )
+        raise _Retryable(error) if response.status_code in RETRYABLE_STATUS else error
+    if body.get("status") == "success" and response.status_code < 400:
+        return body.get("data")
+    kind, message = body.get("errorType", "unknown"), body.get("error", "no error message")
+    text = f"HTTP {response.status_code} {kind}: {message}"
+    if kind == "timeout":
+        raise SourceTimeout(text, url=url, query=promql)
+    if response.status_code in RETRYABLE_STATUS:
+        raise _Retryable(SourceProtocolError(text, url=url, query=promql))
+    if 400 <= response.status_code < 500:
+        raise QueryRejected(text, url=url, query=promql)
+    raise SourceProtocolError(text, url=url, query=promql)
+
+
+def _samples(data: Any, url: str, promql: str) -> list[Sample]:
+    if not isinstance(data, dict):
+        raise SourceProtocolError("query data is not an object", url=url, query=promql)
+    kind, result = data.get("resultType"), data.get("result")
+    if not isinstance(result, list):
+        raise SourceProtocolError(f"{kind} result is not a list", url=url, query=promql)
+    try:
+        if kind == "vector":
+            return [Sample(dict(item["metric"]), _number(item["value"][1])) for item in result]
+        if kind == "scalar":
+            return [Sample({}, _number(result[1]))]
+    except (KeyError, IndexError, TypeError, ValueError) as error:
+        raise SourceProtocolError(f"malformed {kind} result: {error}", url=url, query=promql) from error
+    raise SourceProtocolError(f"instant query returned {kind!r}, expected a vector", url=url, query=promql)
+
+
+def _number(text: Any) -> float:
+    value = float(text)  # Prometheus sends "NaN", "+Inf", "-Inf" as strings; float() takes them
+    return math.nan if math.isnan(value) else value
+
+
+def _unix(moment: datetime) -> str:
+    return f"{moment.timestamp():.3f}"

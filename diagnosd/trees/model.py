@@ -1,0 +1,215 @@
+"""The YAML shape of a troubleshooting tree (rules/<symptom>.yaml), as strict pydantic models.
+
+This is the file format only; the engine compiles it into queries and the findings package
+holds what an evaluation found. Unknown keys are errors everywhere.
+"""
+
+from __future__ import annotations
+
+import re
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
+
+ID_PATTERN = r"^[a-z][a-z0-9_]*$"
+LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+PARAM_REF = re.compile(r"^\$([a-z][a-z0-9_]*)$")
+DURATION = re.compile(r"^(\d+(ms|s|m|h|d|w|y))+$")
+
+Id = Annotated[str, Field(pattern=ID_PATTERN)]
+# A number, or "$param" naming one of the tree's params.
+Number = float | Annotated[str, Field(pattern=PARAM_REF.pattern)]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Text(Strict):
+    """Every human-facing string exists in the seed's Chinese and in English."""
+
+    zh: Annotated[str, Field(min_length=1)]
+    en: Annotated[str, Field(min_length=1)]
+
+
+class Severity(StrEnum):
+    INFO = "info"
+    WARNING = "warning"
+    CRITICAL = "critical"
+
+
+class Basis(StrEnum):
+    """How a check knows (CATALOG.md kinds M, C, D)."""
+
+    METRIC = "metric"
+    CONFIG = "config"
+    DERIVED = "derived"
+
+
+class Param(Strict):
+    default: float | str
+    doc: Annotated[str, Field(min_length=1)]
+    # True for limits no exporter publishes (max-num-seqs...): findings say they relied on it.
+    assumed: bool = False
+    unit: str | None = None
+
+
+class Compare(Strict):
+    """One comparison: of the value itself, or of the value against its own past (baseline)."""
+
+    above: Number | None = None
+    below: Number | None = None
+    ratio_above: Number | None = None
+    ratio_below: Number | None = None
+    delta_above: Number | None = None
+    delta_below: Number | None = None
+    # How far back the baseline lies: a duration, or "$param".
+    baseline: str | None = None
+
+    @model_validator(mode="after")
+    def _one_operator(self) -> Compare:
+        ops = [name for name in OPERATORS if getattr(self, name) is not None]
+        if len(ops) != 1:
+            raise ValueError(f"exactly one of {', '.join(OPERATORS)} is required, got {ops or 'none'}")
+        relative = ops[0].startswith(("ratio_", "delta_"))
+        if relative and self.baseline is None:
+            raise ValueError(f"{ops[0]} compares with a baseline: set 'baseline' (e.g. 1d)")
+        if not relative and self.baseline is not None:
+            raise ValueError(f"{ops[0]} compares the value itself: 'baseline' does not apply")
+        return self
+
+    @property
+    def operator(self) -> str:
+        return next(name for name in OPERATORS if getattr(self, name) is not None)
+
+    @property
+    def threshold(self) -> float | str:
+        value: float | str = getattr(self, self.operator)
+        return value
+
+
+OPERATORS = ("above", "below", "ratio_above", "ratio_below", "delta_above", "delta_below")
+
+
+class Conclusion(Strict):
+    cause: Id
+    title: Text
+    remediation: list[Text] = Field(min_length=1)
+    severity: Severity = Severity.WARNING
+    # Required for derived checks: what the inference cannot see, said in every finding.
+    caveat: Text | None = None
+
+
+class Context(Strict):
+    """A value shown beside a check's evidence without deciding anything (e.g. GPU temperature)."""
+
+    id: Id
+    title: Text
+    query: str
+    unit: str | None = None
+
+
+class CheckNode(Strict):
+    id: Id
+    title: Text
+    query: str
+    compare: Compare
+    basis: Basis = Basis.METRIC
+    unit: str | None = None
+    # The value is read from this label of the sample (config-info metrics carry config as labels).
+    value_label: str | None = None
+    # No sample for a known target means 0 (event counts): only when the metric exists at all.
+    absent_as_zero: bool = False
+    # The check means nothing below the tree's traffic floor (ratios of tiny rates).
+    needs_traffic: bool = False
+    context: list[Context] = []
+    conclusion: Conclusion | None = None
+    children: list[Node] = []
+
+    @model_validator(mode="after")
+    def _derived_says_why(self) -> CheckNode:
+        if self.basis is Basis.DERIVED and (self.conclusion is None or self.conclusion.caveat is None):
+            raise ValueError("a derived check needs conclusion.caveat: what the inference cannot see")
+        return self
+
+
+class ManualNode(Strict):
+    """A branch no metric can observe: the seed's guidance, left to a person."""
+
+    id: Id
+    title: Text
+    manual: Text
+    # Where a log source or Kubernetes events could decide it one day.
+    could_observe: str | None = None
+    conclusion: Conclusion | None = None
+    children: list[Node] = []
+
+
+class GroupNode(Strict):
+    """A heading of the seed (e.g. "客户端侧") that only groups further nodes."""
+
+    id: Id
+    title: Text
+    group: Literal[True]
+    children: list[Node] = Field(min_length=1)
+
+
+def _node_kind(value: Any) -> str:
+    if isinstance(value, dict):
+        if "query" in value:
+            return "check"
+        if "manual" in value:
+            return "manual"
+        if "group" in value:
+            return "group"
+    return "check"  # reports the missing keys of a check, the most common node
+
+
+Node = Annotated[
+    Annotated[CheckNode, Tag("check")] | Annotated[ManualNode, Tag("manual")] | Annotated[GroupNode, Tag("group")],
+    Discriminator(_node_kind),
+]
+
+
+class Detect(Strict):
+    """The symptom's own entry condition, evaluated per target."""
+
+    title: Text
+    query: str
+    compare: Compare
+    unit: str | None = None
+
+
+class Traffic(Strict):
+    """Per-target traffic floor below which `needs_traffic` checks are unknown (too little traffic)."""
+
+    query: str
+    min: Number
+
+
+class Tree(Strict):
+    id: Id
+    title: Text
+    target: list[str] = Field(min_length=1)
+    params: dict[str, Param] = {}
+    detect: Detect
+    traffic: Traffic | None = None
+    nodes: list[Node] = Field(min_length=1)
+
+
+CheckNode.model_rebuild()
+ManualNode.model_rebuild()
+GroupNode.model_rebuild()
+Tree.model_rebuild()
+
+AnyNode = CheckNode | ManualNode | GroupNode
+
+
+def walk(nodes: list[AnyNode], depth: int = 1) -> list[tuple[AnyNode, int]]:
+    """Every node in seed order (pre-order), with its depth (1 = top level)."""
+    out: list[tuple[AnyNode, int]] = []
+    for node in nodes:
+        out.append((node, depth))
+        out.extend(walk(list(node.children), depth + 1))
+    return out
