@@ -40,7 +40,7 @@ def render(d: Diagnosis, lang: str = "en") -> str:
 def _target(t: TargetDiagnosis, lang: str) -> list[str]:
     name = " ".join(f"{k}={v}" for k, v in t.labels.items())
     state = {True: "SYMPTOM PRESENT", False: "symptom not present", None: "symptom UNKNOWN"}[t.symptom_present]
-    lines = [f"{name} — {state}: {pick(t.detect.title, lang)} {_numbers(t.detect)}"]
+    lines = [f"{name} — {state}: {pick(t.detect.title, lang)}{_numbers(t.detect)}"]
     lines.extend(_tree(t.checks, {c.check: c for c in t.root_causes}, lang))
     if t.root_causes:
         lines.append("root causes, most likely first:")

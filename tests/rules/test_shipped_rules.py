@@ -1,0 +1,47 @@
+"""The shipped rules: they load, they carry the catalog, and their series tests pass on a real Prometheus."""
+
+from __future__ import annotations
+
+from functools import cache
+
+import pytest
+import yaml
+
+from diagnosd.rulestest.runner import CaseResult, collect
+from diagnosd.trees import CheckNode, load_rules, walk
+from tests.conftest import RULES
+
+RULESET = load_rules(RULES)
+TREES = list(RULESET.trees)
+
+
+@cache
+def results() -> dict[str, list[CaseResult]]:
+    by_tree: dict[str, list[CaseResult]] = {}
+    for result in collect(RULES):
+        by_tree.setdefault(result.tree, []).append(result)
+    return by_tree
+
+
+def test_every_catalog_symptom_has_a_tree() -> None:
+    assert [s.id for s in RULESET.catalog.symptoms] == TREES
+
+
+@pytest.mark.parametrize("tree_id", TREES)
+def test_series_tests_pass(tree_id: str) -> None:
+    outcome = results().get(tree_id, [])
+    assert outcome, f"{tree_id}: no test ran"
+    failures = [f"{r.name}: {f}" for r in outcome for f in r.failures]
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize("tree_id", TREES)
+def test_every_data_cause_is_a_top_cause_somewhere_and_a_healthy_case_exists(tree_id: str) -> None:
+    spec = yaml.safe_load((RULES / f"{tree_id}.test.yaml").read_text())
+    expectations = [e for case in spec["tests"] for e in case["expect"]]
+    tops = {e.get("top_cause") for e in expectations}
+    tree = RULESET.trees[tree_id]
+    decided = {n.conclusion.cause for n, _ in walk(list(tree.nodes)) if isinstance(n, CheckNode) and n.conclusion}
+    assert sorted(decided - tops) == []
+    healthy = [case for case in spec["tests"] if all(e.get("no_cause") for e in case["expect"])]
+    assert healthy, f"{tree_id}: no healthy case (every target no_cause)"
