@@ -12,15 +12,18 @@ import importlib
 import json
 import sys
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from dataclasses import asdict
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from diagnosd import runtime
 from diagnosd.engine import ParamError, Scope
+from diagnosd.engine import coverage as engine_coverage
 from diagnosd.errors import DiagnosdError, RulesError, ScopeError, SourceError, UnknownSymptom
 from diagnosd.render import json as render_json
 from diagnosd.render import text as render_text
-from diagnosd.sources import PrometheusConfig
+from diagnosd.sources import PrometheusConfig, PrometheusSource
+from diagnosd.trees import catalogdoc
 
 EXIT_OK, EXIT_RULES, EXIT_USAGE, EXIT_SOURCE = 0, 1, 2, 3
 
@@ -55,6 +58,15 @@ def parser() -> argparse.ArgumentParser:
     test.add_argument("--only", action="append", default=[], metavar="SYMPTOM", help="test these trees only")
     test.add_argument("--prometheus-binary", default="prometheus")
     test.add_argument("--promtool-binary", default="promtool")
+    coverage = rules_commands.add_parser("coverage", help="which checks can run on this Prometheus, what is missing")
+    coverage.add_argument("dir", nargs="?", type=Path)
+    coverage.add_argument("--prometheus", required=True, metavar="URL")
+    coverage.add_argument("--lookback", type=float, default=24.0, metavar="HOURS", help="where to look for series")
+    coverage.add_argument("--format", choices=("text", "json"), default="text")
+    _prometheus_options(coverage)
+    catalog = rules_commands.add_parser("catalog", help="write docs/catalog.md from the rules")
+    catalog.add_argument("dir", nargs="?", type=Path)
+    catalog.add_argument("--out", type=Path, help="file to write (default: standard output)")
     for name in DRIVERS:
         importlib.import_module(name).register(commands)
     return root
@@ -166,6 +178,38 @@ def rules_command(args: argparse.Namespace) -> int:
         count = len(rules.ruleset.trees)
         print(f"{directory}: {count} trees valid")
         return EXIT_OK
+    if args.rules_command == "catalog":
+        text = catalogdoc.render(runtime.load(directory).ruleset)
+        if args.out:
+            args.out.write_text(text, encoding="utf-8")
+        else:
+            print(text, end="")
+        return EXIT_OK
+    if args.rules_command == "coverage":
+        return asyncio.run(coverage(runtime.load(directory), args))
     from diagnosd.rulestest.runner import run_tests
 
     return EXIT_OK if run_tests(directory, args) else EXIT_RULES
+
+
+async def coverage(rules: runtime.Rules, args: argparse.Namespace) -> int:
+    trees = list(rules.ruleset.trees.values())
+    wanted = set().union(*(engine_coverage.candidates(t, rules.aliases) for t in trees))
+    end = datetime.now(UTC)
+    async with _config(args).client() as client:
+        source = PrometheusSource(_config(args), client)
+        present = await source.metric_names(wanted, end - timedelta(hours=args.lookback), end)
+    rows = [row for tree in trees for row in engine_coverage.tree_coverage(tree, rules.aliases, present)]
+    if args.format == "json":
+        print(json.dumps([asdict(r) for r in rows], indent=2))
+        return EXIT_OK
+    for row in rows:
+        found = ", ".join(f"{n}→{'|'.join(v)}" if v != [n] else n for n, v in row.found.items())
+        missing = f"  missing: {', '.join(row.missing)}" if row.missing else ""
+        print(f"{'ok     ' if row.runnable else 'CANNOT '} {row.tree}/{row.check}  {found}{missing}")
+    blocked = sorted({r.tree for r in rows if not r.runnable})
+    print(
+        f"{len(trees) - len(blocked)} of {len(trees)} trees can run every check; "
+        f"{sum(not r.runnable for r in rows)} of {len(rows)} queries cannot run here"
+    )
+    return EXIT_OK

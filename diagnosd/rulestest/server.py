@@ -6,11 +6,11 @@ import shutil
 import socket
 import subprocess
 import time
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
-import httpx
 import yaml
 
 
@@ -95,11 +95,8 @@ class LocalPrometheus:
             if self._process is not None and self._process.poll() is not None:
                 tail = (self.workdir / "prometheus.log").read_text(errors="replace")[-2000:]
                 raise ServerError(f"prometheus exited with {self._process.returncode}:\n{tail}")
-            try:
-                if httpx.get(f"{self.url}/-/ready", timeout=1.0).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
+            if _ready(f"{self.url}/-/ready"):
+                return
             time.sleep(0.05)
         self.stop()
         raise ServerError(f"prometheus not ready on {self.url} after {timeout:g}s")
@@ -114,6 +111,14 @@ class LocalPrometheus:
             self._process.kill()
             self._process.wait(timeout=10)
         self._process = None
+
+
+def _ready(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=1.0) as response:
+            return bool(response.status == 200)
+    except OSError:
+        return False
 
 
 def _binary(name: str) -> str:

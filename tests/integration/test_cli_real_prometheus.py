@@ -129,3 +129,29 @@ def test_rules_validate_reports_and_exits_1(tmp_path: Path, capsys: pytest.Captu
     assert main(["rules", "validate", RULES]) == 0
     assert main(["rules", "validate", str(tmp_path)]) == 1
     assert f"{tmp_path / 'catalog.yaml'}: catalog file is missing" in capsys.readouterr().err
+
+
+def test_rules_coverage_reports_spellings_and_gaps(
+    start_prometheus: StartPrometheus, capsys: pytest.CaptureFixture[str]
+) -> None:
+    now = datetime.now(UTC)
+    recent = [Series(s.name, s.labels, [(now.timestamp() - 60, 1.0), (now.timestamp() - 30, 1.0)]) for s in fleet()]
+    prom = start_prometheus(recent[:2])  # vllm-0's series only: colon spellings
+    assert main(["rules", "coverage", RULES, "--prometheus", prom.url, "--format", "json"]) == 0
+    rows = {r["check"]: r for r in json.loads(capsys.readouterr().out)}
+    assert rows["detect"]["found"] == {"vllm:num_requests_waiting": ["vllm:num_requests_waiting"]}
+    assert rows["kv_pool_full"]["runnable"] is True
+    assert main(["rules", "coverage", RULES, "--prometheus", prom.url]) == 0
+    assert (
+        capsys.readouterr().out.splitlines()[-1] == "1 of 1 trees can run every check; 0 of 3 queries cannot run here"
+    )
+
+
+def test_rules_coverage_says_what_is_missing(
+    start_prometheus: StartPrometheus, capsys: pytest.CaptureFixture[str]
+) -> None:
+    prom = start_prometheus()
+    assert main(["rules", "coverage", RULES, "--prometheus", prom.url]) == 0
+    out = capsys.readouterr().out
+    assert "CANNOT  queue_backlog/detect    missing: vllm:num_requests_waiting" in out
+    assert out.splitlines()[-1] == "0 of 1 trees can run every check; 3 of 3 queries cannot run here"
