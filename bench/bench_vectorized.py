@@ -1,0 +1,82 @@
+"""Benchmark: one vectorized diagnosis over N targets vs N per-target diagnoses, on a real Prometheus.
+
+Run: python bench/bench_vectorized.py [N ...]   (needs prometheus and promtool on PATH)
+Prints, side by side in one run, queries sent and wall time of both ways, and their ratios.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from diagnosd import runtime
+from diagnosd.engine import Evaluator, Scope
+from diagnosd.rulestest.openmetrics import Series, write
+from diagnosd.rulestest.server import LocalPrometheus, backfill
+from diagnosd.sources import PrometheusConfig, PrometheusSource
+
+RULES = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "rules"
+AT = datetime(2026, 2, 1, 12, tzinfo=UTC)
+
+
+def fleet(pods: int) -> list[Series]:
+    def points(now: float, before: float) -> list[tuple[float, float]]:
+        out = [((AT - timedelta(days=1, minutes=m)).timestamp(), before) for m in range(30, -1, -1)]
+        return out + [((AT - timedelta(minutes=m)).timestamp(), now) for m in range(30, -1, -1)]
+
+    series = []
+    for i in range(pods):
+        labels = {"namespace": "prod", "pod": f"vllm-{i}"}
+        series.append(Series("vllm:num_requests_waiting", labels, points(20 if i % 2 else 1, 1)))
+        series.append(Series("vllm:kv_cache_usage_perc", labels, points(0.95 if i % 4 == 1 else 0.5, 0.5)))
+    return series
+
+
+class Counting(PrometheusSource):
+    queries = 0
+
+    async def query(self, promql, at):  # type: ignore[no-untyped-def]
+        self.queries += 1
+        return await super().query(promql, at)
+
+
+async def measure(url: str, pods: int) -> tuple[int, float, int, float]:
+    rules = runtime.load(RULES)
+    tree = rules.ruleset.trees["queue_backlog"]
+    config = PrometheusConfig(url=url)
+    async with config.client() as client:
+        source = Counting(config, client)
+        evaluator = Evaluator(source, rules.aliases)
+        start = time.perf_counter()
+        together = await evaluator.diagnose(tree, None, AT)
+        vector_time, vector_queries = time.perf_counter() - start, source.queries
+        source.queries = 0
+        start = time.perf_counter()
+        found = 0
+        for i in range(pods):
+            one = await evaluator.diagnose(tree, Scope.of({"pod": f"vllm-{i}"}), AT)
+            found += sum(bool(t.root_causes) for t in one.targets)
+        loop_time, loop_queries = time.perf_counter() - start, source.queries
+    assert found == sum(bool(t.root_causes) for t in together.targets), "both ways must find the same causes"
+    return vector_queries, vector_time, loop_queries, loop_time
+
+
+def main(sizes: list[int]) -> None:
+    print(f"{'targets':>8} {'queries 1x':>10} {'queries Nx':>10} {'ratio':>7} {'time 1x':>9} {'time Nx':>9} {'ratio':>7}")
+    for pods in sizes:
+        with tempfile.TemporaryDirectory() as tmp:
+            work = Path(tmp)
+            with (work / "s.om").open("w") as out:
+                write(out, fleet(pods))
+            backfill(work / "s.om", work / "tsdb")
+            with LocalPrometheus(work, tsdb=work / "tsdb") as prom:
+                vq, vt, lq, lt = asyncio.run(measure(prom.url, pods))
+        print(f"{pods:>8} {vq:>10} {lq:>10} {lq / vq:>6.0f}x {vt * 1000:>7.1f}ms {lt * 1000:>7.0f}ms {lt / vt:>6.1f}x")
+
+
+if __name__ == "__main__":
+    main([int(a) for a in sys.argv[1:]] or [10, 100, 1000])
