@@ -19,7 +19,7 @@ from pathlib import Path
 from diagnosd import runtime
 from diagnosd.engine import ParamError, Scope
 from diagnosd.engine import coverage as engine_coverage
-from diagnosd.errors import DiagnosdError, RulesError, ScopeError, SourceError, UnknownSymptom
+from diagnosd.errors import DiagnosdError, RulesError, ScopeError, SourceError, UnknownSymptom, UsageError
 from diagnosd.render import json as render_json
 from diagnosd.render import text as render_text
 from diagnosd.sources import PrometheusConfig, PrometheusSource
@@ -86,6 +86,9 @@ def _prometheus_options(command: argparse.ArgumentParser) -> None:
         help="extra HTTP header, e.g. X-Scope-OrgID=tenant",
     )
     command.add_argument("--bearer-token-file", type=Path)
+    command.add_argument("--basic-auth-file", type=Path, help="a file holding USER:PASSWORD")
+    command.add_argument("--ca-file", type=Path, help="CA bundle to verify Prometheus' certificate")
+    command.add_argument("--insecure-skip-verify", action="store_true", help="do not verify TLS certificates")
     command.add_argument("--timeout", type=float, default=10.0, help="seconds per query")
 
 
@@ -108,7 +111,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RulesError as error:
         print(error, file=sys.stderr)
         return EXIT_RULES
-    except (UnknownSymptom, ScopeError, ParamError) as error:
+    except (UnknownSymptom, ScopeError, ParamError, UsageError) as error:
         print(f"diagnosd: {error}", file=sys.stderr)
         return EXIT_USAGE
     except SourceError as error:
@@ -161,13 +164,22 @@ async def diagnose(rules: runtime.Rules, args: argparse.Namespace) -> int:
 def _config(args: argparse.Namespace) -> PrometheusConfig:
     headers = dict(_pair(item, "--header") for item in args.header)
     token = args.bearer_token_file.read_text().strip() if args.bearer_token_file else None
-    return PrometheusConfig(url=args.prometheus, timeout=args.timeout, headers=headers, bearer_token=token)
+    basic = None
+    if args.basic_auth_file:
+        user, sep, password = args.basic_auth_file.read_text().strip().partition(":")
+        if not sep:
+            raise UsageError("--basic-auth-file", "the file must hold USER:PASSWORD")
+        basic = (user, password)
+    verify: bool | str = False if args.insecure_skip_verify else str(args.ca_file) if args.ca_file else True
+    return PrometheusConfig(
+        url=args.prometheus, timeout=args.timeout, headers=headers, bearer_token=token, basic_auth=basic, verify=verify
+    )
 
 
 def _pair(item: str, flag: str) -> tuple[str, str]:
     name, sep, value = item.partition("=")
     if not sep or not name:
-        raise ScopeError(item, f"{flag} takes NAME=VALUE")
+        raise UsageError(flag, f"{item!r} is not NAME=VALUE")
     return name, value
 
 

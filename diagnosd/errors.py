@@ -58,6 +58,13 @@ class ScopeError(DiagnosdError):
         super().__init__(f"bad scope label {label!r}: {reason}")
 
 
+class UsageError(DiagnosdError):
+    def __init__(self, option: str, reason: str) -> None:
+        self.option = option
+        self.reason = reason
+        super().__init__(f"{option}: {reason}")
+
+
 class SourceError(DiagnosdError):
     def __init__(self, message: str, *, url: str, query: str | None = None) -> None:
         self.url = url
