@@ -22,6 +22,7 @@ from diagnosd.engine import coverage as engine_coverage
 from diagnosd.errors import DiagnosdError, RulesError, ScopeError, SourceError, UnknownSymptom, UsageError
 from diagnosd.render import json as render_json
 from diagnosd.render import text as render_text
+from diagnosd.sinks import alertrules
 from diagnosd.sources import PrometheusConfig, PrometheusSource
 from diagnosd.trees import catalogdoc
 
@@ -64,6 +65,10 @@ def parser() -> argparse.ArgumentParser:
     coverage.add_argument("--lookback", type=float, default=24.0, metavar="HOURS", help="where to look for series")
     coverage.add_argument("--format", choices=("text", "json"), default="text")
     _prometheus_options(coverage)
+    alerts = rules_commands.add_parser("alerts", help="Prometheus alerting rules from the trees' detect conditions")
+    alerts.add_argument("dir", nargs="?", type=Path)
+    alerts.add_argument("--out", type=Path, help="file to write (default: standard output)")
+    alerts.add_argument("--for", dest="hold", default="5m", help="how long a condition holds before it fires")
     catalog = rules_commands.add_parser("catalog", help="write docs/catalog.md from the rules")
     catalog.add_argument("dir", nargs="?", type=Path)
     catalog.add_argument("--out", type=Path, help="file to write (default: standard output)")
@@ -190,8 +195,12 @@ def rules_command(args: argparse.Namespace) -> int:
         count = len(rules.ruleset.trees)
         print(f"{directory}: {count} trees valid")
         return EXIT_OK
-    if args.rules_command == "catalog":
-        text = catalogdoc.render(runtime.load(directory).ruleset)
+    if args.rules_command in ("catalog", "alerts"):
+        rules = runtime.load(directory)
+        if args.rules_command == "catalog":
+            text = catalogdoc.render(rules.ruleset)
+        else:
+            text = alertrules.rule_file(list(rules.ruleset.trees.values()), rules.aliases, args.hold)
         if args.out:
             args.out.write_text(text, encoding="utf-8")
         else:

@@ -47,6 +47,7 @@ class LocalPrometheus:
     scrape: list[dict[str, object]] = field(default_factory=list)
     scrape_interval: str = "15s"
     query_log: Path | None = None
+    rule_files: list[str] = field(default_factory=list)
     binary: str = "prometheus"
     port: int = 0
     extra_args: list[str] = field(default_factory=list)
@@ -70,6 +71,8 @@ class LocalPrometheus:
             "global": {"scrape_interval": self.scrape_interval, "evaluation_interval": self.scrape_interval},
             "scrape_configs": self.scrape,
         }
+        if self.rule_files:
+            body["rule_files"] = self.rule_files
         if self.query_log is not None:
             body["global"] = {**body["global"], "query_log_file": str(self.query_log)}  # type: ignore[dict-item]
         config.write_text(yaml.safe_dump(body))

@@ -1,0 +1,1 @@
+"""Sinks: where findings leave diagnosd (metrics re-export, alert rules, Alertmanager, Grafana)."""

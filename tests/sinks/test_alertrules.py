@@ -1,0 +1,72 @@
+"""Alert rules generated from the trees: promtool accepts them and a real Prometheus fires them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+import urllib.request
+from datetime import UTC, datetime
+from pathlib import Path
+
+from diagnosd import runtime
+from diagnosd.rulestest.openmetrics import Series
+from diagnosd.sinks.alertrules import expression, rule_file
+from tests.conftest import REPO, RULES, StartPrometheus
+
+FIXTURE = REPO / "tests" / "fixtures" / "rules"
+
+
+def test_shipped_trees_give_rules_promtool_accepts(tmp_path: Path) -> None:
+    rules = runtime.load(RULES)
+    path = tmp_path / "alerts.yml"
+    path.write_text(rule_file(list(rules.ruleset.trees.values()), rules.aliases))
+    done = subprocess.run(["promtool", "check", "rules", str(path)], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"SUCCESS: {len(rules.ruleset.trees)} rules found" in done.stdout
+
+
+def test_baseline_becomes_offset_and_names_match_every_spelling() -> None:
+    rules = runtime.load(FIXTURE)
+    tree = rules.ruleset.trees["queue_backlog"].model_copy(
+        update={
+            "detect": rules.ruleset.trees["queue_backlog"].detect.model_copy(
+                update={
+                    "compare": rules.ruleset.trees["queue_backlog"].detect.compare.model_copy(
+                        update={"above": None, "ratio_above": 2.0, "baseline": "1d"}
+                    )
+                }
+            )
+        }
+    )
+    assert expression(tree, rules.aliases) == (
+        "(min by (namespace, pod)(min_over_time("
+        '{__name__=~"vllm:num_requests_waiting|vllm_num_requests_waiting"}[5m])))'
+        " > 2 * (min by (namespace, pod)(min_over_time("
+        '{__name__=~"vllm:num_requests_waiting|vllm_num_requests_waiting"}[5m] offset 1d)))'
+    )
+
+
+def test_a_real_prometheus_fires_the_symptom_alert(tmp_path: Path, start_prometheus: StartPrometheus) -> None:
+    rules = runtime.load(FIXTURE)
+    path = tmp_path / "alerts.yml"
+    path.write_text(rule_file(list(rules.ruleset.trees.values()), rules.aliases, hold="0s"))
+    now = datetime.now(UTC).timestamp()
+    points = [(now - 600 + 15 * i, 30.0) for i in range(40)]
+    series = [Series("vllm_num_requests_waiting", {"namespace": "prod", "pod": "vllm-0"}, points)]
+    prom = start_prometheus(series, rule_files=[str(path)], scrape_interval="1s")
+    deadline = time.monotonic() + 20
+    alerts: list[dict[str, object]] = []
+    while time.monotonic() < deadline and not alerts:
+        with urllib.request.urlopen(f"{prom.url}/api/v1/alerts", timeout=2) as response:
+            alerts = json.load(response)["data"]["alerts"]
+        time.sleep(0.2)
+    assert [a["labels"] for a in alerts] == [
+        {
+            "alertname": "DiagnosdQueueBacklog",
+            "symptom": "queue_backlog",
+            "severity": "warning",
+            "namespace": "prod",
+            "pod": "vllm-0",
+        }
+    ]
