@@ -46,7 +46,8 @@ class Evaluator:
         self.source = source
         self.aliases = aliases or Aliases()
         self.concurrency = concurrency
-        # Labels every series in scope carries (besides the target's), matched exactly.
+        # Labels every series in scope carries, matched exactly; every other scope label matches
+        # series that carry it with that value and lets through series without it.
         self.strict_labels = frozenset(strict_labels)
         self.lookback = lookback
 
@@ -69,7 +70,7 @@ class Evaluator:
         jobs = _jobs(resolved, offsets, at)
         answers = await self._run(jobs, tree.target)
         questions = _questions(tree, values, resolved, offsets, answers, at)
-        targets = _targets(tree, resolved, answers, at)
+        targets = _targets(tree, resolved, answers, at, scope)
         traffic = None
         if tree.traffic is not None:
             traffic = (answers[(resolved["traffic"].query, at)], P.number(tree.traffic.min, values))
@@ -112,8 +113,9 @@ class Evaluator:
         return spellings, notes
 
     def _matchers(self, tree: Tree, scope: Scope) -> list[ScopeMatcher]:
-        strict = set(tree.target) | self.strict_labels
-        return [ScopeMatcher(label, value, label in strict) for label, value in scope.pairs]
+        # Lenient even for target labels: node_exporter series have no namespace, HPA series no pod,
+        # and they still join into a pod's checks. Targets are filtered by the scope afterwards.
+        return [ScopeMatcher(label, value, label in self.strict_labels) for label, value in scope.pairs]
 
     def _resolve(self, text: str, spellings: Mapping[str, list[str]], matchers: list[ScopeMatcher]) -> Resolved:
         names = promql.selector_names(promql.parse(text))
@@ -216,10 +218,13 @@ def _questions(
     return out
 
 
-def _targets(tree: Tree, resolved: Mapping[str, Resolved], answers: Mapping[Job, Answer], at: datetime) -> list[Key]:
+def _targets(
+    tree: Tree, resolved: Mapping[str, Resolved], answers: Mapping[Job, Answer], at: datetime, scope: Scope
+) -> list[Key]:
     """Targets are what the symptom's own query sees; failing that, anything any check saw."""
     detect = answers[(resolved["detect"].query, at)]
     keys = set(detect.by_target)
     if not keys:
         keys = {k for (_, when), answer in answers.items() if when == at for k in answer.by_target}
-    return sorted(keys)
+    wanted = {i: value for i, label in enumerate(tree.target) for name, value in scope.pairs if name == label}
+    return sorted(k for k in keys if all(k[i] == value for i, value in wanted.items()))

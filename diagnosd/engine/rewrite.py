@@ -22,7 +22,7 @@ class ScopeMatcher:
     label: str
     value: str
     # Strict: the series must carry label=value. Lenient: equal, or the series lacks the label
-    # (GPU and Kubernetes series have no model_name; they must still pass a model_name scope).
+    # (GPU series have no model_name, node series no namespace; they must still join in).
     strict: bool
 
 

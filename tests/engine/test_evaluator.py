@@ -218,4 +218,12 @@ async def test_scope_reaches_every_selector_as_a_matcher() -> None:
     tree = make_tree(check("a", "kv", {"above": 0.9}))
     source = FakeSource({"waiting": samples({"p": 20}), "kv": samples({"p": 1})})
     await run(tree, source, scope=Scope.of({"pod": "p", "model_name": "m"}))
-    assert all('pod="p"' in q and 'model_name=~"m|"' in q for q, _ in source.queries)
+    assert all('pod=~"p|"' in q and 'model_name=~"m|"' in q for q, _ in source.queries)
+
+
+async def test_series_without_a_scope_label_still_join_but_targets_follow_the_scope() -> None:
+    tree = make_tree(check("a", "node_nic", {"above": 0.8}, conclusion=conclusion("nic")))
+    nic = [Sample({"pod": "p", "namespace": "prod"}, 0.9), Sample({"pod": "q", "namespace": "prod"}, 0.9)]
+    source = FakeSource({"waiting": samples({"p": 20, "q": 20}), "node_nic": nic})
+    diagnosis = await run(tree, source, scope=Scope.of({"pod": "p"}))
+    assert [dict(t.labels) for t in diagnosis.targets] == [{"namespace": "prod", "pod": "p"}]

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from diagnosd.cli import main
+from diagnosd.engine.rewrite import REGEX_SPECIAL
 from diagnosd.rulestest.openmetrics import Series
 from tests.conftest import REPO, StartPrometheus
 
@@ -95,10 +96,11 @@ def test_hostile_scope_cannot_change_the_query(
     assert prom.query_log is not None
     logged = [json.loads(line)["params"]["query"] for line in prom.query_log.read_text().splitlines()]
     assert logged, "Prometheus logged no query"
-    literal = json.dumps(value, ensure_ascii=False)
+    regex = "".join("\\" + c if c in REGEX_SPECIAL else c for c in value) + "|"
+    literal = json.dumps(regex, ensure_ascii=False)
     for query in logged:
         # Every selector carries the value as one escaped literal, and nothing else was added.
-        assert query.count(f"pod={literal}") == query.count("{") == 1, query
+        assert query.count(f"pod=~{literal}") == query.count("{") == 1, query
         assert "vector(1)" not in query.replace(literal, "")
 
 
