@@ -227,3 +227,18 @@ async def test_series_without_a_scope_label_still_join_but_targets_follow_the_sc
     source = FakeSource({"waiting": samples({"p": 20, "q": 20}), "node_nic": nic})
     diagnosis = await run(tree, source, scope=Scope.of({"pod": "p"}))
     assert [dict(t.labels) for t in diagnosis.targets] == [{"namespace": "prod", "pod": "p"}]
+
+
+async def test_depth_in_the_seed_drawing_ranks_first() -> None:
+    grouped = {
+        "id": "g",
+        "title": TEXT,
+        "group": True,
+        "children": [check("in_group", "kv", {"above": 0.5}, conclusion=conclusion("slightly"))],
+    }
+    tree = make_tree(grouped, check("b", "running", {"above": 100}, conclusion=conclusion("far")))
+    source = FakeSource({"waiting": samples({"p": 20}), "kv": samples({"p": 0.55}), "running": samples({"p": 300})})
+    target = (await run(tree, source)).targets[0]
+    # The seed nests "locate the scenario" steps under headings: deeper in the drawing, more specific.
+    assert [c.cause for c in target.root_causes] == ["slightly", "far"]
+    assert [c.verdict for c in target.checks] == [Verdict.MATCHED, Verdict.MATCHED, Verdict.MATCHED]

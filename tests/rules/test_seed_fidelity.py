@@ -53,7 +53,7 @@ def read_seed(path: Path) -> list[SeedTree]:
 def fragments(line: str) -> list[str]:
     """The seed's own words of a nested line, without its arrows and the "是 →" of the yes-branch."""
     text = re.sub(r"^是 → ", "", line)
-    return [piece.strip(" ：:") for piece in re.split(r"→|，", text) if piece.strip(" ：:")]
+    return [piece.strip(" ：:") for piece in re.split(r"→|，|(?<=？)", text) if piece.strip(" ：:")]
 
 
 def zh_texts(node: AnyNode) -> str:

@@ -9,7 +9,7 @@ import yaml
 
 from diagnosd.rulestest.runner import CaseResult, collect
 from diagnosd.trees import CheckNode, load_rules, walk
-from tests.conftest import RULES
+from tests.conftest import REPO, RULES
 
 RULESET = load_rules(RULES)
 TREES = list(RULESET.trees)
@@ -45,3 +45,22 @@ def test_every_data_cause_is_a_top_cause_somewhere_and_a_healthy_case_exists(tre
     assert sorted(decided - tops) == []
     healthy = [case for case in spec["tests"] if all(e.get("no_cause") for e in case["expect"])]
     assert healthy, f"{tree_id}: no healthy case (every target no_cause)"
+
+
+@pytest.mark.parametrize("tree_id", TREES)
+def test_catalog_kinds_m_c_d_are_decided_from_data(tree_id: str) -> None:
+    entry = RULESET.catalog.symptom(tree_id)
+    assert entry is not None
+    concluding = {
+        n.conclusion.cause: n for n, _ in walk(list(RULESET.trees[tree_id].nodes)) if getattr(n, "conclusion", None)
+    }  # type: ignore[union-attr]
+    manual = [c.id for c in entry.causes if c.kind[0] in "MCD" and not isinstance(concluding[c.id], CheckNode)]
+    assert manual == []
+
+
+def test_docs_catalog_is_current() -> None:
+    from diagnosd.trees import catalogdoc
+
+    expected = catalogdoc.render(RULESET)
+    current = (REPO / "docs" / "catalog.md").read_text(encoding="utf-8")
+    assert current == expected, "docs/catalog.md is stale: run `diagnosd rules catalog --out docs/catalog.md`"
