@@ -68,6 +68,19 @@ def _name_matcher_values(node: pp.VectorSelector) -> list[str]:
     return []
 
 
+def stepless_subqueries(expr: pp.Expr) -> int:
+    """Subqueries written `[1h:]`: the parser's printer drops the colon, so they need a step."""
+    count = 0
+
+    def visit(node: pp.Expr) -> None:
+        nonlocal count
+        if isinstance(node, pp.SubqueryExpr) and node.step is None:
+            count += 1
+
+    pp.walk(expr, pre_visit=visit)
+    return count
+
+
 def unsafe_literals(expr: pp.Expr) -> list[str]:
     """String literals the parser's printer cannot round-trip (it does not escape them).
 

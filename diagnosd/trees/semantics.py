@@ -106,6 +106,11 @@ def _check_query(tree: Tree, loc: Loc, text: str, params: Mapping[str, float | s
         return
     for literal in promql.unsafe_literals(expr):
         yield loc, f"string {literal!r} holds a backslash, quote or newline; write regex escapes as classes ([.])"
+    if promql.stepless_subqueries(expr):
+        yield (
+            loc,
+            "a subquery needs an explicit step ([1h:1m], not [1h:]): queries are reprinted from their parsed form",
+        )
     if not promql.selector_names(expr):
         yield loc, "the query reads no metric by name"
 

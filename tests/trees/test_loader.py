@@ -97,6 +97,18 @@ def test_backslash_in_a_string_is_refused(rules_dir: Path) -> None:
     ]
 
 
+def test_subquery_without_step_is_refused(rules_dir: Path) -> None:
+    path = edit(
+        rules_dir,
+        "max by ($target) (vllm:kv_cache_usage_perc)\n    compare: {above",
+        "max by ($target) (max_over_time(vllm:kv_cache_usage_perc[1h:]))\n    compare: {above",
+    )
+    assert problems(rules_dir) == [
+        f"{path}:15: nodes[0](kv_pool_full).query: a subquery needs an explicit step ([1h:1m], not [1h:]): "
+        "queries are reprinted from their parsed form"
+    ]
+
+
 def test_invalid_yaml_and_wrong_file_name(rules_dir: Path) -> None:
     (rules_dir / "queue_backlog.yaml").rename(rules_dir / "ttft_high.yaml")
     (rules_dir / "broken.yaml").write_text("id: [unclosed\n")
