@@ -66,7 +66,9 @@ async def measure(url: str, pods: int) -> tuple[int, float, int, float]:
 
 
 def main(sizes: list[int]) -> None:
-    print(f"{'targets':>8} {'queries 1x':>10} {'queries Nx':>10} {'ratio':>7} {'time 1x':>9} {'time Nx':>9} {'ratio':>7}")
+    columns = ("targets", "queries 1x", "queries Nx", "ratio", "time 1x", "time Nx", "ratio")
+    widths = (8, 10, 10, 7, 9, 9, 7)
+    print(" ".join(f"{c:>{w}}" for c, w in zip(columns, widths, strict=True)))
     for pods in sizes:
         with tempfile.TemporaryDirectory() as tmp:
             work = Path(tmp)

@@ -4,11 +4,18 @@ DiagnosdError
 ├── RulesError            trees that failed to load (every Problem at once)
 ├── UnknownSymptom        a symptom id no loaded tree has
 ├── ScopeError            a scope label name that is not a valid label, or a bad matcher
+├── ScenarioError         a simulator scenario that cannot be loaded (every Problem at once)
 └── SourceError           the query source failed (carries the PromQL and the URL)
     ├── SourceUnavailable     could not connect at all
     ├── SourceTimeout         no answer within the per-query timeout
     ├── QueryRejected         Prometheus refused the query (bad_data, 4xx)
     └── SourceProtocolError   an answer that is not what the HTTP API promises
+SettingsError             daemon settings that cannot be used (every Problem at once, no secret echoed)
+StoreError                the findings store cannot be opened or written (carries its path)
+FindingNotFound           no finding has this id
+RequestError              a request parameter that cannot be read (its name and why)
+QueueFull                 the alert queue cannot take a delivery now (Alertmanager retries)
+Unauthorized              missing or wrong credentials (never carries them)
 """
 
 from __future__ import annotations
@@ -65,6 +72,14 @@ class UsageError(DiagnosdError):
         super().__init__(f"{option}: {reason}")
 
 
+class ScenarioError(DiagnosdError):
+    def __init__(self, scenario: str, problems: Sequence[Problem]) -> None:
+        self.scenario = scenario
+        self.problems = tuple(problems)
+        lines = "\n".join(str(p) for p in self.problems)
+        super().__init__(f"scenario {scenario!r} cannot be used:\n{lines}")
+
+
 class SourceError(DiagnosdError):
     def __init__(self, message: str, *, url: str, query: str | None = None) -> None:
         self.url = url
@@ -88,3 +103,45 @@ class QueryRejected(SourceError):
 
 class SourceProtocolError(SourceError):
     pass
+
+
+class SettingsError(DiagnosdError):
+    def __init__(self, problems: Sequence[Problem]) -> None:
+        self.problems = tuple(problems)
+        count = len(self.problems)
+        lines = "\n".join(str(p) for p in self.problems)
+        super().__init__(f"{count} problem{'s' if count != 1 else ''} in settings:\n{lines}")
+
+
+class StoreError(DiagnosdError):
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"findings store {path}: {reason}")
+
+
+class FindingNotFound(DiagnosdError):
+    def __init__(self, finding_id: str) -> None:
+        self.finding_id = finding_id
+        super().__init__(f"no finding {finding_id!r}")
+
+
+class RequestError(DiagnosdError):
+    def __init__(self, parameter: str, reason: str) -> None:
+        self.parameter = parameter
+        self.reason = reason
+        super().__init__(f"{parameter}: {reason}")
+
+
+class QueueFull(DiagnosdError):
+    def __init__(self, capacity: int, needed: int) -> None:
+        self.capacity = capacity
+        self.needed = needed
+        super().__init__(f"alert queue full ({capacity} jobs): cannot take {needed} more now, retry later")
+
+
+class Unauthorized(DiagnosdError):
+    def __init__(self, scheme: str, reason: str) -> None:
+        self.scheme = scheme
+        self.reason = reason
+        super().__init__(reason)
