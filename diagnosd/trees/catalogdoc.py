@@ -31,8 +31,8 @@ def render(rules: RuleSet) -> str:
             "",
             f"{data} of {len(rows)} branches decided from data.",
             "",
-            "| branch | cause | kind | decided by |",
-            "|---|---|---|---|",
+            "| branch | cause | kind | decided by | could be decided from |",
+            "|---|---|---|---|---|",
         ]
         for node, depth in rows:
             cause = _cause(node)
@@ -40,8 +40,9 @@ def render(rules: RuleSet) -> str:
             if kind[:1] in ("M", "C", "D"):
                 required[1] += 1
                 required[0] += isinstance(node, CheckNode)
+            indent = "&nbsp;&nbsp;" * (depth - 1) + ("↳ " if depth > 1 else "")
             lines.append(
-                f"| {'  ' * (depth - 1)}`{node.id}` {node.title.en} | {cause or ''} | {kind} | {_decided(node)} |"
+                f"| {indent}`{node.id}` {node.title.en} | {cause or ''} | {kind} | {_decided(node)} | {_source(node)} |"
             )
             if isinstance(node, ManualNode) and node.could_observe:
                 planned.append(f"- `{tree.id}` / `{node.id}`: {node.could_observe}")
@@ -69,6 +70,12 @@ def _kinds(catalog: Catalog) -> dict[tuple[str, str], str]:
 def _cause(node: AnyNode) -> str | None:
     conclusion = getattr(node, "conclusion", None)
     return conclusion.cause if conclusion else None
+
+
+def _source(node: AnyNode) -> str:
+    """For a manual branch: the source diagnosd does not read yet that could decide it."""
+    text = node.could_observe or "" if isinstance(node, ManualNode) else ""
+    return " ".join(text.replace("|", "/").split())
 
 
 def _decided(node: AnyNode) -> str:
