@@ -1,0 +1,1 @@
+"""`diagnosd rules test`: series tests as data, on a real Prometheus."""
