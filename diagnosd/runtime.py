@@ -4,13 +4,19 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
-from diagnosd.engine import Evaluator
-from diagnosd.sources import PrometheusConfig, PrometheusSource
+from prometheus_client import CollectorRegistry
+
+from diagnosd.engine import Evaluator, ParamError
+from diagnosd.engine.params import effective
+from diagnosd.errors import Problem, SettingsError
+from diagnosd.settings import Settings
+from diagnosd.sources import PrometheusConfig, PrometheusSource, QuerySource
 from diagnosd.trees import RuleSet, load_rules
 from diagnosd.trees.aliases import Aliases, load_aliases
 
@@ -47,3 +53,76 @@ async def evaluator(
     """An Evaluator on a PrometheusSource whose HTTP client lives as long as the context."""
     async with config.client() as client:
         yield Evaluator(PrometheusSource(config, client), rules.aliases, strict_labels=strict_labels)
+
+
+# The daemon's composition: settings + rules + the seams a test may replace (registry, clock, source).
+
+SourceFactory = Callable[[], AbstractAsyncContextManager[QuerySource]]
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """What `diagnosd serve` is built from, loaded and cross-checked; it opens nothing by itself."""
+
+    settings: Settings
+    rules: Rules
+    registry: CollectorRegistry
+    clock: Callable[[], datetime]
+    source: SourceFactory
+
+
+def build(
+    settings: Settings,
+    *,
+    registry: CollectorRegistry | None = None,
+    clock: Callable[[], datetime] | None = None,
+    source: SourceFactory | None = None,
+) -> Runtime:
+    """Load the rules and check the settings against them; raises RulesError or SettingsError."""
+    rules = load(settings.rules_dir)
+    problems = _cross_check(settings, rules)
+    if problems:
+        raise SettingsError(problems)
+    config = settings.prometheus.config()
+    return Runtime(
+        settings=settings,
+        rules=rules,
+        registry=registry if registry is not None else CollectorRegistry(),
+        clock=clock or (lambda: datetime.now(UTC)),
+        source=source or (lambda: prometheus_source(config)),
+    )
+
+
+@asynccontextmanager
+async def prometheus_source(config: PrometheusConfig) -> AsyncIterator[QuerySource]:
+    """A PrometheusSource whose HTTP client lives as long as the context."""
+    async with config.client() as client:
+        yield PrometheusSource(config, client)
+
+
+def _cross_check(settings: Settings, rules: Rules) -> list[Problem]:
+    trees = rules.ruleset.trees
+    known = ", ".join(trees)
+    problems: list[Problem] = []
+
+    def unknown(path: str, symptom: str) -> None:
+        problems.append(Problem("settings", None, path, f"unknown symptom {symptom!r} (known: {known})"))
+
+    for alertname, symptom in settings.webhook.alertname_map.items():
+        if symptom not in trees:
+            unknown(f"webhook.alertname_map.{alertname}", symptom)
+    for symptom in settings.scheduler.symptoms:
+        if symptom not in trees:
+            unknown("scheduler.symptoms", symptom)
+    for symptom in settings.findings.for_by_symptom:
+        if symptom not in trees:
+            unknown(f"findings.for_by_symptom.{symptom}", symptom)
+    for symptom, overrides in settings.params.items():
+        if symptom not in trees:
+            unknown(f"params.{symptom}", symptom)
+            continue
+        try:
+            effective(trees[symptom], overrides)
+        except ParamError as error:
+            problems.append(Problem("settings", None, f"params.{symptom}.{error.name}", error.reason))
+    return problems

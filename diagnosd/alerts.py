@@ -1,0 +1,175 @@
+"""Alertmanager webhook payloads (version 4) into diagnosis requests, one per distinct alert state.
+
+Each alert is judged on its own status (a firing group may hold resolved alerts), names its
+symptom by a `symptom` label or through the alertname map, and lends the scope its target labels
+plus the configured scope labels. Everything else an alert carries (alertname, severity, job,
+instance, rule and external labels) stays out of the scope: see docs/daemon.md for why.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from diagnosd.trees.model import Tree
+
+SYMPTOM_LABEL = "symptom"
+# Alertmanager's "no end" for a firing alert.
+ZERO_TIME = datetime(1, 1, 1, tzinfo=UTC)
+
+
+class _Tolerant(BaseModel):
+    """Newer Alertmanager versions add fields: ignore what is not read here."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class Alert(_Tolerant):
+    status: Literal["firing", "resolved"]
+    labels: dict[str, str]
+    annotations: dict[str, str] = {}
+    startsAt: datetime
+    endsAt: datetime | None = None
+    generatorURL: str = ""
+    fingerprint: str = ""
+
+    @field_validator("startsAt", "endsAt")
+    @classmethod
+    def _utc(cls, value: datetime | None) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+    @property
+    def ends_at(self) -> datetime | None:
+        """None for the 0001-01-01 that a firing alert carries."""
+        return None if self.endsAt is None or self.endsAt <= ZERO_TIME else self.endsAt
+
+    @property
+    def identity(self) -> str:
+        """Alertmanager's fingerprint, or one of the labels when a sender left it out."""
+        if self.fingerprint:
+            return self.fingerprint
+        text = "\x00".join(f"{k}\x00{v}" for k, v in sorted(self.labels.items()))
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+class Payload(_Tolerant):
+    version: str
+    status: Literal["firing", "resolved"]
+    receiver: str = ""
+    groupKey: str = ""
+    truncatedAlerts: int = Field(default=0, ge=0)
+    groupLabels: dict[str, str] = {}
+    commonLabels: dict[str, str] = {}
+    commonAnnotations: dict[str, str] = {}
+    externalURL: str = ""
+    alerts: list[Alert]
+
+
+class Skip(StrEnum):
+    UNMAPPED = "unmapped"  # no symptom label and an alertname the map does not know
+    UNKNOWN_SYMPTOM = "unknown_symptom"  # names a symptom no loaded tree has
+
+
+@dataclass(frozen=True)
+class AlertJob:
+    """One distinct alert state to act on: diagnose it (firing) or resolve what it caused."""
+
+    fingerprint: str
+    status: str
+    starts_at: str
+    alertname: str
+    symptom: str
+    scope: Mapping[str, str]
+    received_at: datetime
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return self.fingerprint, self.status, self.starts_at
+
+    @property
+    def resolved(self) -> bool:
+        return self.status == "resolved"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "fingerprint": self.fingerprint,
+            "status": self.status,
+            "starts_at": self.starts_at,
+            "alertname": self.alertname,
+            "symptom": self.symptom,
+            "scope": dict(self.scope),
+            "received_at": self.received_at.isoformat(),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> AlertJob:
+        return cls(
+            fingerprint=data["fingerprint"],
+            status=data["status"],
+            starts_at=data["starts_at"],
+            alertname=data["alertname"],
+            symptom=data["symptom"],
+            scope=dict(data["scope"]),
+            received_at=datetime.fromisoformat(data["received_at"]),
+        )
+
+
+@dataclass(frozen=True)
+class Skipped:
+    fingerprint: str
+    alertname: str
+    reason: Skip
+    detail: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    jobs: tuple[AlertJob, ...]
+    skipped: tuple[Skipped, ...]
+
+
+def plan(
+    payload: Payload,
+    trees: Mapping[str, Tree],
+    alertname_map: Mapping[str, str],
+    scope_labels: Sequence[str],
+    received_at: datetime,
+) -> Plan:
+    """The jobs a delivery asks for, each distinct alert state once, and the alerts left aside."""
+    jobs: dict[tuple[str, str, str], AlertJob] = {}
+    skipped: list[Skipped] = []
+    for alert in payload.alerts:
+        alertname = alert.labels.get("alertname", "")
+        symptom = alert.labels.get(SYMPTOM_LABEL) or alertname_map.get(alertname)
+        if symptom is None:
+            skipped.append(Skipped(alert.identity, alertname, Skip.UNMAPPED, "no symptom label, alertname not mapped"))
+            continue
+        tree = trees.get(symptom)
+        if tree is None:
+            skipped.append(Skipped(alert.identity, alertname, Skip.UNKNOWN_SYMPTOM, f"no tree for {symptom!r}"))
+            continue
+        job = AlertJob(
+            fingerprint=alert.identity,
+            status=alert.status,
+            starts_at=alert.startsAt.isoformat(),
+            alertname=alertname,
+            symptom=symptom,
+            scope=scope(alert.labels, tree, scope_labels),
+            received_at=received_at,
+        )
+        jobs.setdefault(job.key, job)
+    return Plan(tuple(jobs.values()), tuple(skipped))
+
+
+def scope(labels: Mapping[str, str], tree: Tree, scope_labels: Sequence[str]) -> dict[str, str]:
+    """The alert's labels that name what to diagnose: the tree's target labels, then scope_labels."""
+    wanted = [*tree.target, *(name for name in scope_labels if name not in tree.target)]
+    return {name: labels[name] for name in wanted if labels.get(name)}

@@ -1,0 +1,91 @@
+"""Who may call: bearer tokens for the API; for the webhook, what Alertmanager's http_config sends
+(a bearer token or basic auth). Comparisons are constant-time over digests (no early exit, no
+length leak), and no credential is ever logged, echoed or put into an error.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+from dataclasses import dataclass
+
+from diagnosd.errors import Unauthorized
+from diagnosd.settings import AuthSettings
+
+
+def _digest(value: str | bytes) -> bytes:
+    return hashlib.sha256(value.encode() if isinstance(value, str) else value).digest()
+
+
+@dataclass(frozen=True)
+class Credentials:
+    api: tuple[bytes, ...]
+    webhook_tokens: tuple[bytes, ...]
+    # digest of "username:password"
+    webhook_basic: bytes | None
+
+    @classmethod
+    def from_settings(cls, auth: AuthSettings) -> Credentials:
+        basic = None
+        if auth.webhook_username is not None and auth.webhook_password is not None:
+            basic = _digest(f"{auth.webhook_username}:{auth.webhook_password.get_secret_value()}")
+        return cls(
+            api=tuple(_digest(t.get_secret_value()) for t in auth.api_tokens),
+            webhook_tokens=tuple(_digest(t.get_secret_value()) for t in auth.webhook_tokens),
+            webhook_basic=basic,
+        )
+
+    def check_api(self, authorization: str | None) -> None:
+        """Raises Unauthorized unless no API token is configured or a configured one is presented."""
+        if self.api and not _any(self.api, _bearer(authorization)):
+            raise Unauthorized("Bearer", "a valid bearer token is required (Authorization: Bearer ...)")
+
+    def check_webhook(self, authorization: str | None) -> None:
+        """Webhook credentials when configured; else the API tokens; else open."""
+        if not self.webhook_tokens and self.webhook_basic is None:
+            if self.api and not _any(self.api, _bearer(authorization)):
+                raise Unauthorized("Bearer", "the webhook needs a valid bearer token")
+            return
+        token = _bearer(authorization)
+        basic = _basic(authorization)
+        ok = _any(self.webhook_tokens, token)
+        ok |= self.webhook_basic is not None and basic is not None and hmac.compare_digest(self.webhook_basic, basic)
+        if not ok:
+            scheme = "Basic" if self.webhook_basic is not None and not self.webhook_tokens else "Bearer"
+            raise Unauthorized(scheme, "the webhook needs the credentials of Alertmanager's http_config")
+
+
+def _any(digests: tuple[bytes, ...], presented: bytes | None) -> bool:
+    """Compare with every configured digest, whatever matched first."""
+    if presented is None:
+        return False
+    found = False
+    for digest in digests:
+        found |= hmac.compare_digest(digest, presented)
+    return found
+
+
+def _split(authorization: str | None) -> tuple[str, str] | None:
+    if not authorization:
+        return None
+    scheme, _, value = authorization.strip().partition(" ")
+    return scheme.lower(), value.strip()
+
+
+def _bearer(authorization: str | None) -> bytes | None:
+    parts = _split(authorization)
+    if parts is None or parts[0] != "bearer" or not parts[1]:
+        return None
+    return _digest(parts[1])
+
+
+def _basic(authorization: str | None) -> bytes | None:
+    parts = _split(authorization)
+    if parts is None or parts[0] != "basic":
+        return None
+    try:
+        return _digest(base64.b64decode(parts[1], validate=True))
+    except (binascii.Error, ValueError):
+        return None

@@ -1,0 +1,100 @@
+"""Shared request dependencies: the live services, authentication, and the parameters several
+routes read (a symptom's tree, a scope from query parameters, a time). Lookups that fail raise
+domain errors, mapped to HTTP in api/errors.py.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated
+
+from fastapi import Depends, Header, Path, Query, Request
+
+from diagnosd.api.auth import Credentials
+from diagnosd.engine import Scope
+from diagnosd.errors import RequestError, ScopeError
+from diagnosd.services import Services
+from diagnosd.trees import Tree
+
+# Query parameters of /diagnose that are not scope labels; `match=LABEL=VALUE` scopes any label.
+RESERVED = frozenset({"at", "format", "lang", "match"})
+MAX_VALUE = 1024
+
+
+def services(request: Request) -> Services:
+    found: Services = request.app.state.services
+    return found
+
+
+ServicesDep = Annotated[Services, Depends(services)]
+
+
+def credentials(request: Request) -> Credentials:
+    found: Credentials = request.app.state.credentials
+    return found
+
+
+def require_api(
+    creds: Annotated[Credentials, Depends(credentials)],
+    authorization: Annotated[str | None, Header(include_in_schema=False)] = None,
+) -> None:
+    creds.check_api(authorization)
+
+
+def require_webhook(
+    creds: Annotated[Credentials, Depends(credentials)],
+    authorization: Annotated[str | None, Header(include_in_schema=False)] = None,
+) -> None:
+    creds.check_webhook(authorization)
+
+
+def tree(symptom: Annotated[str, Path(description="a symptom id, e.g. queue_backlog")], svc: ServicesDep) -> Tree:
+    return svc.diagnoser.tree(symptom)
+
+
+TreeDep = Annotated[Tree, Depends(tree)]
+
+
+def scope(request: Request) -> Scope:
+    """Every query parameter but at/format/lang is `label=value`; `match=label=value` for any label."""
+    labels: dict[str, str] = {}
+    for name, value in request.query_params.multi_items():
+        if name == "match":
+            name, sep, value = value.partition("=")
+            if not sep:
+                raise ScopeError(name, "match takes LABEL=VALUE")
+        elif name in RESERVED:
+            continue
+        if len(value) > MAX_VALUE:
+            raise ScopeError(name, f"the value is longer than {MAX_VALUE} characters")
+        if name in labels:
+            raise ScopeError(name, "given twice")
+        labels[name] = value
+    return Scope.of(labels)
+
+
+ScopeDep = Annotated[Scope, Depends(scope)]
+
+
+def parse_time(name: str, text: str) -> datetime:
+    """RFC3339 or Unix seconds, as the CLI's --at; raises RequestError naming the parameter."""
+    try:
+        return datetime.fromtimestamp(float(text), UTC)
+    except (ValueError, OverflowError, OSError):
+        pass
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise RequestError(name, "expected RFC3339 (2026-11-29T14:00:00Z) or Unix seconds") from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def at(
+    at: Annotated[
+        str | None, Query(description="evaluate at this time: RFC3339 or Unix seconds (default: now)")
+    ] = None,
+) -> datetime | None:
+    return parse_time("at", at) if at is not None else None
+
+
+AtDep = Annotated[datetime | None, Depends(at)]

@@ -1,0 +1,112 @@
+"""Domain errors to HTTP, in one place: status, a stable error code, a precise message.
+
+Bodies are `{"error": code, "message": text, ...data}`. Nothing a client sent is echoed back
+beyond what the message needs (never a credential, never a whole body).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+
+from diagnosd.engine import ParamError
+from diagnosd.errors import (
+    DiagnosdError,
+    FindingNotFound,
+    QueueFull,
+    RequestError,
+    ScopeError,
+    SourceError,
+    SourceTimeout,
+    SourceUnavailable,
+    StoreError,
+    Unauthorized,
+    UnknownSymptom,
+)
+
+log = logging.getLogger(__name__)
+
+RETRY_AFTER_SECONDS = "5"
+
+
+def install(app: FastAPI) -> None:
+    app.add_exception_handler(DiagnosdError, _domain)  # type: ignore[arg-type]
+    app.add_exception_handler(RequestValidationError, _invalid)  # type: ignore[arg-type]
+
+
+def status_of(error: DiagnosdError) -> tuple[int, str]:
+    """The HTTP status and error code of a domain error."""
+    table: list[tuple[type[DiagnosdError], int, str]] = [
+        (UnknownSymptom, 404, "unknown_symptom"),
+        (FindingNotFound, 404, "unknown_finding"),
+        (ScopeError, 400, "bad_scope"),
+        (ParamError, 400, "bad_param"),
+        (RequestError, 400, "bad_request"),
+        (Unauthorized, 401, "unauthorized"),
+        (QueueFull, 503, "queue_full"),
+        (SourceUnavailable, 503, "prometheus_unavailable"),
+        (SourceTimeout, 504, "prometheus_timeout"),
+        (SourceError, 502, "prometheus_error"),
+        (StoreError, 500, "store_error"),
+    ]
+    for kind, status, code in table:
+        if isinstance(error, kind):
+            return status, code
+    return 500, "internal_error"
+
+
+def _extra(error: DiagnosdError) -> dict[str, Any]:
+    if isinstance(error, UnknownSymptom):
+        return {"known": list(error.known)}
+    if isinstance(error, SourceError):
+        return {"prometheus": error.url, "query": error.query}
+    if isinstance(error, ScopeError):
+        return {"label": error.label}
+    if isinstance(error, RequestError):
+        return {"parameter": error.parameter}
+    return {}
+
+
+async def _domain(request: Request, error: DiagnosdError) -> JSONResponse:
+    status, code = status_of(error)
+    message = str(error)
+    if isinstance(error, SourceUnavailable):
+        message = f"Prometheus cannot be reached, so nothing was looked at: {error.detail}"
+    elif isinstance(error, SourceTimeout):
+        message = f"Prometheus did not answer in time, so nothing was looked at: {error.detail}"
+    elif isinstance(error, SourceError):
+        message = f"Prometheus answered wrongly, so nothing was looked at: {error.detail}"
+    if status >= 500:
+        log.warning("%s %s -> %d %s: %s", request.method, request.url.path, status, code, error)
+    headers: dict[str, str] = {}
+    if isinstance(error, Unauthorized):
+        headers["WWW-Authenticate"] = f'{error.scheme} realm="diagnosd"'
+    elif status == 503:
+        headers["Retry-After"] = RETRY_AFTER_SECONDS
+    body = {"error": code, "message": message, **_extra(error)}
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+async def _invalid(request: Request, error: RequestValidationError) -> JSONResponse:
+    problems: list[dict[str, Any]] = [
+        {"loc": list(item.get("loc", ())), "msg": str(item.get("msg", "")), "type": str(item.get("type", ""))}
+        for item in error.errors()
+    ]
+    if any(p["type"] == "json_invalid" for p in problems):
+        details = "; ".join(_json_detail(item) for item in error.errors() if item.get("type") == "json_invalid")
+        invalid = {"error": "invalid_json", "message": f"the request body is not valid JSON: {details}"}
+        return JSONResponse(invalid, status_code=400)
+    summary = "; ".join(f"{'.'.join(str(x) for x in p['loc'])}: {p['msg']}" for p in problems)
+    body: dict[str, Any] = {"error": "invalid_request", "message": summary, "problems": problems}
+    return JSONResponse(body, status_code=422)
+
+
+def _json_detail(item: Any) -> str:
+    ctx = item.get("ctx") or {}
+    where = item.get("loc", ())
+    position = f" at character {where[-1]}" if len(where) > 1 and isinstance(where[-1], int) else ""
+    return f"{ctx.get('error', 'cannot decode')}{position}"

@@ -1,0 +1,75 @@
+"""GET /findings (active and recent, filtered) and GET /findings/{finding_id} (with its episodes)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Depends, Path, Query
+
+from diagnosd.api.deps import ServicesDep, parse_time, require_api
+from diagnosd.api.schemas import ErrorOut, FindingDetailOut, FindingListOut, finding_detail, finding_out
+from diagnosd.errors import FindingNotFound, ScopeError
+from diagnosd.findings.lifecycle import State
+from diagnosd.findings.store import FindingQuery
+from diagnosd.trees.model import LABEL_NAME
+
+router = APIRouter(tags=["findings"], dependencies=[Depends(require_api)])
+
+StateFilter = Literal["active", "pending", "firing", "resolved", "all"]
+STATES: dict[str, tuple[State, ...]] = {
+    "active": (State.PENDING, State.FIRING),
+    "pending": (State.PENDING,),
+    "firing": (State.FIRING,),
+    "resolved": (State.RESOLVED,),
+    "all": (State.PENDING, State.FIRING, State.RESOLVED),
+}
+
+
+@router.get(
+    "/findings",
+    operation_id="listFindings",
+    summary="Findings active now or within the time range (default: active, and resolved in the last hour)",
+    responses={400: {"model": ErrorOut}},
+)
+async def list_findings(
+    svc: ServicesDep,
+    state: Annotated[StateFilter, Query(description="which states to list")] = "all",
+    symptom: Annotated[str | None, Query(description="only this symptom id")] = None,
+    cause: Annotated[str | None, Query(description="only this cause id")] = None,
+    label: Annotated[list[str], Query(description="target label filter LABEL=VALUE (repeatable)")] = [],  # noqa: B006
+    since: Annotated[str | None, Query(description="active at or after (RFC3339 or Unix; default: 1h ago)")] = None,
+    until: Annotated[str | None, Query(description="active at or before (RFC3339 or Unix; default: now)")] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> FindingListOut:
+    now = svc.runtime.clock()
+    start = parse_time("since", since) if since else now - svc.runtime.settings.findings.recent
+    end = parse_time("until", until) if until else None
+    query = FindingQuery(STATES[state], symptom, cause, _labels(label), start, end, limit + 1)
+    found = svc.store.findings(query)
+    items = [finding_out(f) for f in found[:limit]]
+    return FindingListOut(findings=items, count=len(items), truncated=len(found) > limit, since=start, until=end)
+
+
+def _labels(items: list[str]) -> dict[str, str]:
+    labels: dict[str, str] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not LABEL_NAME.match(name):
+            raise ScopeError(name or item, "label takes LABEL=VALUE with a valid label name")
+        labels[name] = value
+    return labels
+
+
+@router.get(
+    "/findings/{finding_id}",
+    operation_id="getFinding",
+    summary="One finding (its latest episode, with evidence) and its earlier episodes",
+    responses={404: {"model": ErrorOut}},
+)
+async def get_finding(
+    finding_id: Annotated[str, Path(description="the finding's fingerprint, as in /findings")], svc: ServicesDep
+) -> FindingDetailOut:
+    episodes = svc.store.episodes(finding_id)
+    if not episodes:
+        raise FindingNotFound(finding_id)
+    return finding_detail(episodes[0], episodes[1:])

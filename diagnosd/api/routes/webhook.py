@@ -1,0 +1,90 @@
+"""POST /webhook/alertmanager: takes an Alertmanager delivery, answers 202 at once, and leaves the
+diagnoses to the inbox's workers. A full queue answers 503 so that Alertmanager retries.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.routing import APIRoute
+
+from diagnosd import alerts
+from diagnosd.api.deps import ServicesDep, require_webhook
+from diagnosd.api.schemas import ErrorOut, ReceiptOut, SkippedOut
+from diagnosd.errors import QueueFull, Unauthorized
+from diagnosd.inbox import Offer
+from diagnosd.sinks.metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+
+class CountedRoute(APIRoute):
+    """Counts every delivery by outcome, refused ones included (they never reach the handler)."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def counted(request: Request) -> Response:
+            outcome = None
+            try:
+                return await handler(request)
+            except RequestValidationError:
+                outcome = "malformed"
+                raise
+            except Unauthorized:
+                outcome = "unauthorized"
+                raise
+            except QueueFull:
+                outcome = "queue_full"
+                raise
+            finally:
+                if outcome is not None:
+                    request.app.state.services.metrics.deliveries.labels(outcome).inc()
+
+        return counted
+
+
+router = APIRouter(tags=["webhook"], route_class=CountedRoute)
+
+
+@router.post(
+    "/webhook/alertmanager",
+    operation_id="receiveAlertmanagerWebhook",
+    summary="Alertmanager webhook (payload version 4): queue each new alert state for diagnosis",
+    status_code=202,
+    dependencies=[Depends(require_webhook)],
+    responses={
+        400: {"model": ErrorOut},
+        401: {"model": ErrorOut},
+        413: {"model": ErrorOut},
+        422: {"model": ErrorOut},
+        503: {"model": ErrorOut},
+    },
+)
+async def receive(payload: alerts.Payload, svc: ServicesDep) -> ReceiptOut:
+    hook = svc.runtime.settings.webhook
+    trees = svc.diagnoser.ruleset.trees
+    plan = alerts.plan(payload, trees, hook.alertname_map, hook.scope_labels, svc.runtime.clock())
+    offer = svc.inbox.offer(plan.jobs)
+    _count(svc.metrics, plan, offer)
+    if payload.truncatedAlerts:
+        log.warning("delivery %s: Alertmanager truncated %d alerts", payload.groupKey, payload.truncatedAlerts)
+    return ReceiptOut(
+        queued=len(offer.queued),
+        duplicates=len(offer.duplicates),
+        skipped=[SkippedOut(**vars(s)) for s in plan.skipped],
+        truncated_alerts=payload.truncatedAlerts,
+    )
+
+
+def _count(metrics: Metrics, plan: alerts.Plan, offer: Offer) -> None:
+    metrics.deliveries.labels("accepted" if offer.queued or not offer.duplicates else "duplicate").inc()
+    for outcome, count in (("queued", len(offer.queued)), ("duplicate", len(offer.duplicates))):
+        if count:
+            metrics.alerts.labels(outcome).inc(count)
+    for skipped in plan.skipped:
+        metrics.alerts.labels(str(skipped.reason)).inc()

@@ -1,0 +1,87 @@
+"""Runs one diagnosis for any driver (REST, alert worker, scheduler round), metered and honest.
+
+A diagnosis that saw no target because its queries failed did not look: it raises the source's
+error instead of returning an empty (healthy-looking) answer.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from diagnosd.engine import Evaluator, Scope
+from diagnosd.errors import SourceError, SourceTimeout, SourceUnavailable, UnknownSymptom
+from diagnosd.findings.lifecycle import Trigger
+from diagnosd.findings.model import Diagnosis
+from diagnosd.sinks.metrics import Metrics
+from diagnosd.sources.base import QuerySource
+from diagnosd.sources.metered import MeteredSource
+from diagnosd.trees import RuleSet, Tree
+from diagnosd.trees.aliases import Aliases
+
+
+@dataclass(frozen=True)
+class Looked:
+    diagnosis: Diagnosis
+    # Query errors met on the way (those checks are unknown); empty when everything answered.
+    errors: tuple[SourceError, ...] = ()
+
+    @property
+    def complete(self) -> bool:
+        return not self.errors
+
+    @property
+    def outcome(self) -> str:
+        return "ok" if self.complete else "partial"
+
+
+class Diagnoser:
+    def __init__(
+        self,
+        source: QuerySource,
+        ruleset: RuleSet,
+        aliases: Aliases,
+        metrics: Metrics,
+        *,
+        strict_labels: Sequence[str] = (),
+        params: Mapping[str, Mapping[str, float | str]] | None = None,
+    ) -> None:
+        self._source = source
+        self.ruleset = ruleset
+        self._aliases = aliases
+        self._metrics = metrics
+        self._strict = tuple(strict_labels)
+        self._params = params or {}
+
+    def tree(self, symptom: str) -> Tree:
+        tree = self.ruleset.tree(symptom)
+        if tree is None:
+            raise UnknownSymptom(symptom, list(self.ruleset.trees))
+        return tree
+
+    async def diagnose(self, tree: Tree, scope: Scope, at: datetime | None, trigger: Trigger) -> Looked:
+        source = MeteredSource(self._source, self._metrics.query)
+        evaluator = Evaluator(source, self._aliases, strict_labels=self._strict)
+        start = time.perf_counter()
+        outcome = "error"
+        try:
+            diagnosis = await evaluator.diagnose(tree, scope, at, self._params.get(tree.id))
+            if source.errors and not diagnosis.targets:
+                raise blindness(source.errors)
+            looked = Looked(diagnosis, tuple(source.errors))
+            outcome = looked.outcome
+            return looked
+        finally:
+            self._metrics.diagnoses.labels(str(trigger), outcome).inc()
+            self._metrics.diagnosis_seconds.labels(str(trigger)).observe(time.perf_counter() - start)
+
+
+def blindness(errors: Sequence[SourceError]) -> SourceError:
+    """The error that best says why nothing could be seen: unreachable, then timeout, then the first."""
+    for kind in (SourceUnavailable, SourceTimeout):
+        for error in errors:
+            if isinstance(error, kind):
+                return error
+    return errors[0]

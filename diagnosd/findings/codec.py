@@ -1,0 +1,143 @@
+"""Findings, RootCause and Evidence to and from plain data: the store's rows keep the whole evidence.
+
+Storage encoding only (the wire JSON is render/json.py). NaN and ±Inf travel as Prometheus
+spells them, since JSON has neither; times are Unix seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import UTC, datetime
+from typing import Any
+
+from diagnosd.findings.fingerprint import labels_key
+from diagnosd.findings.lifecycle import Finding, Phase, ResolvedBy, State, Trigger
+from diagnosd.findings.model import Evidence, RootCause
+from diagnosd.trees.model import Severity, Text
+
+
+def encode_cause(c: RootCause) -> dict[str, Any]:
+    return {
+        "cause": c.cause,
+        "title": _text(c.title),
+        "severity": str(c.severity),
+        "remediation": [_text(r) for r in c.remediation],
+        "check": c.check,
+        "depth": c.depth,
+        "excess": _number(c.excess),
+        "evidence": [encode_evidence(e) for e in c.evidence],
+        "caveat": _text(c.caveat) if c.caveat else None,
+    }
+
+
+def decode_cause(data: dict[str, Any]) -> RootCause:
+    return RootCause(
+        cause=data["cause"],
+        title=Text(**data["title"]),
+        severity=Severity(data["severity"]),
+        remediation=tuple(Text(**r) for r in data["remediation"]),
+        check=data["check"],
+        depth=int(data["depth"]),
+        excess=_float(data["excess"]) or 0.0,
+        evidence=tuple(decode_evidence(e) for e in data["evidence"]),
+        caveat=Text(**data["caveat"]) if data.get("caveat") else None,
+    )
+
+
+def encode_evidence(e: Evidence) -> dict[str, Any]:
+    return {
+        "check": e.check,
+        "query": e.query,
+        "operator": e.operator,
+        "threshold": _number(e.threshold),
+        "value": _number(e.value),
+        "baseline": _number(e.baseline),
+        "baseline_at": e.baseline_at.isoformat() if e.baseline_at else None,
+        "unit": e.unit,
+        "assumed": dict(e.assumed),
+        "context": {k: _number(v) for k, v in e.context.items()},
+    }
+
+
+def decode_evidence(data: dict[str, Any]) -> Evidence:
+    return Evidence(
+        check=data["check"],
+        query=data["query"],
+        operator=data["operator"],
+        threshold=_float(data["threshold"]) or 0.0,
+        value=_float(data["value"]),
+        baseline=_float(data["baseline"]),
+        baseline_at=datetime.fromisoformat(data["baseline_at"]) if data.get("baseline_at") else None,
+        unit=data.get("unit"),
+        assumed=dict(data.get("assumed") or {}),
+        context={k: _float(v) for k, v in (data.get("context") or {}).items()},
+    )
+
+
+def _text(t: Text) -> dict[str, str]:
+    return {"en": t.en, "zh": t.zh}
+
+
+def _number(value: float | None) -> float | str | None:
+    if value is None:
+        return None
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    return value
+
+
+def _float(value: float | str | None) -> float | None:
+    return None if value is None else float(value)
+
+
+def finding_row(f: Finding) -> tuple[Any, ...]:
+    p = f.phase
+    return (
+        f.fingerprint,
+        _ts(p.active_at),
+        f.symptom,
+        f.cause,
+        str(f.severity),
+        labels_key(f.labels),
+        str(p.state),
+        _ts(p.fired_at) if p.fired_at else None,
+        _ts(p.resolved_at) if p.resolved_at else None,
+        str(f.resolved_by) if f.resolved_by else None,
+        _ts(f.last_seen),
+        _ts(f.evaluated_at),
+        str(f.trigger),
+        json.dumps(list(f.alerts)),
+        json.dumps(encode_cause(f.root_cause), ensure_ascii=False),
+    )
+
+
+def finding_from_row(row: tuple[Any, ...]) -> Finding:
+    fp, active_at, symptom, cause, _severity, labels, state, fired, resolved, by, seen, at, trigger, alerts, rc = row
+    return Finding(
+        fingerprint=fp,
+        symptom=symptom,
+        cause=cause,
+        labels=json.loads(labels),
+        phase=Phase(State(state), _dt(active_at), _opt(fired), _opt(resolved)),
+        last_seen=_dt(seen),
+        trigger=Trigger(trigger),
+        root_cause=decode_cause(json.loads(rc)),
+        evaluated_at=_dt(at),
+        alerts=tuple(json.loads(alerts)),
+        resolved_by=ResolvedBy(by) if by else None,
+    )
+
+
+def _ts(moment: datetime) -> float:
+    return moment.timestamp()
+
+
+def _dt(value: float) -> datetime:
+    return datetime.fromtimestamp(value, UTC)
+
+
+def _opt(value: float | None) -> datetime | None:
+    return None if value is None else datetime.fromtimestamp(value, UTC)

@@ -1,0 +1,172 @@
+"""Applies diagnoses to findings: each cause on each target steps through the lifecycle, is written
+to the store, and the active findings and latest target states stay in memory for export.
+
+Synchronous on purpose: every update of memory and store happens without an await in between,
+so rounds and alert workers sharing the event loop cannot interleave on one finding.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from datetime import datetime, timedelta
+
+from diagnosd.findings.fingerprint import fingerprint, labels_key
+from diagnosd.findings.lifecycle import Finding, Observed, ResolvedBy, State, Trigger, advance
+from diagnosd.findings.model import Diagnosis
+from diagnosd.findings.observe import Observation, observe
+from diagnosd.findings.store import Store
+from diagnosd.findings.target import TargetState, target_state
+
+Transition = Callable[[State], None]
+
+
+class Tracker:
+    def __init__(self, store: Store, on_transition: Transition | None = None) -> None:
+        self._store = store
+        self._on_transition = on_transition or (lambda state: None)
+        self._active: dict[str, Finding] = {f.fingerprint: f for f in store.active()}
+        self._states: dict[tuple[str, str], TargetState] = {s.key: s for s in store.states()}
+
+    def active(self) -> list[Finding]:
+        return sorted(self._active.values(), key=lambda f: (f.symptom, f.cause, labels_key(f.labels)))
+
+    def states(self, now: datetime, ttl: timedelta) -> list[TargetState]:
+        return [s for s in self._states.values() if now - s.evaluated_at <= ttl]
+
+    def record(
+        self,
+        diagnosis: Diagnosis,
+        *,
+        trigger: Trigger,
+        now: datetime,
+        for_: timedelta,
+        alert: str | None = None,
+        complete_scope: Mapping[str, str] | None = None,
+    ) -> list[Finding]:
+        """Apply one diagnosis; returns the findings that changed.
+
+        `complete_scope`: the diagnosis covered every target of this scope without a query error,
+        so an active finding on a target it no longer saw is resolved as gone.
+        """
+        changed: dict[str, Finding] = {}
+        forgotten: list[Finding] = []
+        for o in observe(diagnosis):
+            self._step(o, now, for_, trigger, alert, diagnosis.evaluated_at, changed, forgotten)
+        seen = {labels_key(t.labels) for t in diagnosis.targets}
+        if complete_scope is not None:
+            for f in self._active.values():
+                if f.symptom == diagnosis.symptom and labels_key(f.labels) not in seen and _within(f, complete_scope):
+                    self._resolve(f, now, ResolvedBy.GONE, changed, forgotten)
+        states = [target_state(diagnosis.symptom, t, diagnosis.evaluated_at, trigger) for t in diagnosis.targets]
+        removed = []
+        if complete_scope is not None:
+            removed = [
+                key
+                for key, s in self._states.items()
+                if s.symptom == diagnosis.symptom and key[1] not in seen and _within_labels(s.labels, complete_scope)
+            ]
+        self._store.save(changed.values(), [(f.fingerprint, f.phase.active_at) for f in forgotten])
+        self._store.save_states(states, removed)
+        self._apply(changed, forgotten)
+        for key in removed:
+            self._states.pop(key, None)
+        self._states.update((s.key, s) for s in states)
+        return list(changed.values())
+
+    def resolve_alert(self, alert: str, now: datetime) -> list[Finding]:
+        """The alert resolved: the findings only it reported resolve; others forget it."""
+        changed: dict[str, Finding] = {}
+        forgotten: list[Finding] = []
+        for f in list(self._active.values()):
+            if alert not in f.alerts:
+                continue
+            rest = tuple(a for a in f.alerts if a != alert)
+            if rest:
+                changed[f.fingerprint] = replace(f, alerts=rest)
+            else:
+                self._resolve(replace(f, alerts=rest), now, ResolvedBy.ALERT, changed, forgotten)
+        self._store.save(changed.values(), [(f.fingerprint, f.phase.active_at) for f in forgotten])
+        self._apply(changed, forgotten)
+        return list(changed.values())
+
+    def expire(self, now: datetime, ttl: timedelta) -> int:
+        """Forget target states not refreshed within `ttl` (their targets left or nothing looks any more)."""
+        old = [key for key, s in self._states.items() if now - s.evaluated_at > ttl]
+        self._store.save_states([], old)
+        for key in old:
+            del self._states[key]
+        return len(old)
+
+    def _step(
+        self,
+        o: Observation,
+        now: datetime,
+        for_: timedelta,
+        trigger: Trigger,
+        alert: str | None,
+        evaluated_at: datetime,
+        changed: dict[str, Finding],
+        forgotten: list[Finding],
+    ) -> None:
+        fp = fingerprint(o.symptom, o.cause, o.labels)
+        current = changed.get(fp) or self._active.get(fp)
+        if o.seen is Observed.UNKNOWN:
+            return
+        if o.seen is Observed.CLEAR:
+            if current is not None:
+                self._resolve(current, now, ResolvedBy.CLEAR, changed, forgotten)
+            return
+        assert o.root_cause is not None
+        phase = advance(current.phase if current else None, Observed.HOLDS, now, for_)
+        assert phase is not None
+        if current is None or phase.active_at != current.phase.active_at:
+            current = None
+        alerts = current.alerts if current else ()
+        if alert and alert not in alerts:
+            alerts = (*alerts, alert)
+        found = Finding(
+            fingerprint=fp,
+            symptom=o.symptom,
+            cause=o.cause,
+            labels=dict(o.labels),
+            phase=phase,
+            last_seen=now,
+            trigger=trigger,
+            root_cause=o.root_cause,
+            evaluated_at=evaluated_at,
+            alerts=alerts,
+        )
+        if current is None or current.state is not phase.state:
+            self._on_transition(phase.state)
+        changed[fp] = found
+
+    def _resolve(
+        self, f: Finding, now: datetime, by: ResolvedBy, changed: dict[str, Finding], forgotten: list[Finding]
+    ) -> None:
+        phase = advance(f.phase, Observed.CLEAR, now, timedelta(0))
+        if phase is None:
+            changed.pop(f.fingerprint, None)
+            forgotten.append(f)
+            return
+        if phase != f.phase:
+            self._on_transition(phase.state)
+            changed[f.fingerprint] = replace(f, phase=phase, resolved_by=by)
+
+    def _apply(self, changed: Mapping[str, Finding], forgotten: list[Finding]) -> None:
+        for f in forgotten:
+            self._active.pop(f.fingerprint, None)
+        for fp, f in changed.items():
+            if f.active:
+                self._active[fp] = f
+            else:
+                self._active.pop(fp, None)
+
+
+def _within(f: Finding, scope: Mapping[str, str]) -> bool:
+    return _within_labels(f.labels, scope)
+
+
+def _within_labels(labels: Mapping[str, str], scope: Mapping[str, str]) -> bool:
+    """Inside the scope for sure: every scope label is a target label with the same value."""
+    return all(labels.get(name) == value for name, value in scope.items())

@@ -1,0 +1,177 @@
+"""Rounds: every interval, each tree is evaluated across the fleet and its findings recorded.
+
+One tree's failure never stops a round; a round that overruns its interval makes the next one
+skip (APScheduler max_instances=1, coalesce), never stack. Housekeeping (retention, expired
+target states, alert retries) runs on the same scheduler. Shutdown cancellation is not an error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from apscheduler.events import EVENT_JOB_MAX_INSTANCES, JobEvent
+from apscheduler.schedulers.asyncio import AsyncIOScheduler
+from apscheduler.triggers.interval import IntervalTrigger
+
+from diagnosd.diagnoser import Diagnoser
+from diagnosd.engine import Scope
+from diagnosd.errors import SourceError
+from diagnosd.findings.lifecycle import Trigger
+from diagnosd.findings.store import Store
+from diagnosd.findings.tracker import Tracker
+from diagnosd.inbox import Inbox
+from diagnosd.settings import Settings
+from diagnosd.sinks.metrics import Metrics
+from diagnosd.trees import Tree
+
+log = logging.getLogger(__name__)
+
+ROUND_JOB, HOUSEKEEPING_JOB = "round", "housekeeping"
+HOUSEKEEPING_EVERY = timedelta(seconds=60)
+# At most this many chunks of expired rows per housekeeping; the rest waits for the next one.
+PURGE_CHUNKS = 100
+
+
+@dataclass(frozen=True)
+class RoundResult:
+    outcome: str  # ok | partial | error
+    trees: dict[str, str]  # symptom -> ok | partial | error
+    seconds: float
+
+
+class Scheduler:
+    def __init__(
+        self,
+        settings: Settings,
+        diagnoser: Diagnoser,
+        tracker: Tracker,
+        store: Store,
+        inbox: Inbox,
+        metrics: Metrics,
+        clock: Callable[[], datetime],
+    ) -> None:
+        self._settings = settings
+        self._diagnoser = diagnoser
+        self._tracker = tracker
+        self._store = store
+        self._inbox = inbox
+        self._metrics = metrics
+        self._clock = clock
+        self._aps: AsyncIOScheduler | None = None
+        self._running: set[asyncio.Task[Any]] = set()
+
+    def trees(self) -> list[Tree]:
+        wanted = self._settings.scheduler.symptoms
+        return [self._diagnoser.tree(s) for s in wanted] or list(self._diagnoser.ruleset.trees.values())
+
+    async def run_round(self) -> RoundResult:
+        """Evaluate every tree once for the configured scope and record what was seen."""
+        start = time.perf_counter()
+        scope = Scope.of(self._settings.scheduler.scope)
+        limit = asyncio.Semaphore(self._settings.scheduler.concurrency)
+        trees = self.trees()
+        outcomes = await asyncio.gather(*(self._tree(tree, scope, limit) for tree in trees))
+        per_tree = dict(zip((t.id for t in trees), outcomes, strict=True))
+        values = set(per_tree.values())
+        outcome = "error" if values == {"error"} else "ok" if values <= {"ok"} else "partial"
+        seconds = time.perf_counter() - start
+        self._metrics.rounds.labels(outcome).inc()
+        self._metrics.round_seconds.observe(seconds)
+        if outcome != "error":
+            self._metrics.round_succeeded(self._clock())
+        if outcome != "ok":
+            log.warning("round %s in %.2fs: %s", outcome, seconds, per_tree)
+        return RoundResult(outcome, per_tree, seconds)
+
+    async def _tree(self, tree: Tree, scope: Scope, limit: asyncio.Semaphore) -> str:
+        async with limit:
+            try:
+                looked = await self._diagnoser.diagnose(tree, scope, self._clock(), Trigger.ROUND)
+                self._tracker.record(
+                    looked.diagnosis,
+                    trigger=Trigger.ROUND,
+                    now=self._clock(),
+                    for_=self._settings.findings.pending_for(tree.id),
+                    complete_scope=scope.as_dict() if looked.complete else None,
+                )
+            except SourceError as error:
+                log.warning("round: %s could not be diagnosed: %s", tree.id, error)
+                return "error"
+            except Exception:
+                log.exception("round: %s failed", tree.id)
+                return "error"
+            return looked.outcome
+
+    async def housekeeping(self) -> None:
+        now = self._clock()
+        before = now - self._settings.store.retention
+        for _ in range(PURGE_CHUNKS):
+            if self._store.purge(before) == 0:
+                break
+            await asyncio.sleep(0)  # let requests through between chunks
+        self._tracker.expire(now, self._settings.findings.state_ttl)
+        self._inbox.requeue()
+
+    def start(self) -> None:
+        aps = AsyncIOScheduler(timezone=UTC, event_loop=asyncio.get_running_loop())
+        now = datetime.now(UTC)
+        if self._settings.scheduler.enabled:
+            interval = self._settings.scheduler.interval
+            aps.add_job(
+                self._job(self.run_round),
+                IntervalTrigger(seconds=interval.total_seconds(), timezone=UTC),
+                id=ROUND_JOB,
+                name="round",
+                max_instances=1,
+                coalesce=True,
+                misfire_grace_time=max(1, int(interval.total_seconds())),
+                next_run_time=now,
+            )
+        aps.add_job(
+            self._job(self.housekeeping),
+            IntervalTrigger(seconds=HOUSEKEEPING_EVERY.total_seconds(), timezone=UTC),
+            id=HOUSEKEEPING_JOB,
+            name="housekeeping",
+            max_instances=1,
+            coalesce=True,
+            next_run_time=now,
+        )
+        aps.add_listener(self._skipped, EVENT_JOB_MAX_INSTANCES)
+        aps.start()
+        self._aps = aps
+
+    async def stop(self) -> None:
+        if self._aps is not None:
+            self._aps.shutdown(wait=False)  # cancels the running jobs' tasks
+            self._aps = None
+        running = [task for task in self._running if not task.done()]
+        for task in running:
+            task.cancel()
+        if running:
+            await asyncio.wait(running, timeout=10)
+
+    def _skipped(self, event: JobEvent) -> None:
+        if event.job_id == ROUND_JOB:
+            self._metrics.rounds.labels("skipped").inc()
+
+    def _job(self, work: Callable[[], Awaitable[object]]) -> Callable[[], Awaitable[None]]:
+        async def job() -> None:
+            task = asyncio.current_task()
+            assert task is not None
+            self._running.add(task)
+            try:
+                await work()
+            except asyncio.CancelledError:
+                # Shutdown, not a failure: APScheduler would log it as one if it propagated.
+                task.uncancel()
+            finally:
+                self._running.discard(task)
+
+        job.__name__ = getattr(work, "__name__", "job")
+        return job

@@ -1,0 +1,93 @@
+"""`diagnosd serve`: the daemon driver. Builds the settings once (file, DIAGNOSD_*, flags), checks
+them with the rules and the store, then serves the app with uvicorn until SIGTERM or SIGINT.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from diagnosd import runtime
+from diagnosd.findings.store import Store
+from diagnosd.settings import Settings
+from diagnosd.settings_loader import dumps, load_settings
+
+log = logging.getLogger("diagnosd")
+
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def register(commands: Any) -> None:
+    serve = commands.add_parser(
+        "serve",
+        help="run the daemon: REST API, Alertmanager webhook, scheduler rounds, /metrics",
+        description="Settings come from --config FILE, then DIAGNOSD_* variables (e.g. DIAGNOSD_PROMETHEUS_URL), "
+        "then these flags.",
+    )
+    serve.add_argument("--config", type=Path, metavar="FILE", help="YAML settings file")
+    serve.add_argument("--host", help="address to listen on (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="port to listen on (default 8080)")
+    serve.add_argument(
+        "--check", action="store_true", help="validate settings, rules and store, print the settings (secrets masked)"
+    )
+    serve.set_defaults(driver="diagnosd.serve_cli")
+
+
+def run(args: argparse.Namespace) -> int:
+    settings = load_settings(args.config, os.environ, _overrides(args))
+    _logging(settings)
+    built = runtime.build(settings)
+    Store.open(settings.store.path).close()  # a store that cannot be opened stops us here, clearly
+    if args.check:
+        print(dumps(settings))
+        return 0
+    _serve(built)
+    return 0
+
+
+def _overrides(args: argparse.Namespace) -> dict[tuple[str, ...], Any]:
+    overrides: dict[tuple[str, ...], Any] = {}
+    if args.host is not None:
+        overrides[("server", "host")] = args.host
+    if args.port is not None:
+        overrides[("server", "port")] = args.port
+    if getattr(args, "rules", None) is not None:
+        overrides[("rules_dir",)] = str(args.rules)
+    return overrides
+
+
+def _logging(settings: Settings) -> None:
+    logging.basicConfig(level=settings.log_level.upper(), format=LOG_FORMAT)
+    # Every Prometheus call and every job start at INFO would drown what matters.
+    for noisy in ("apscheduler", "httpx", "httpcore"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def _serve(built: runtime.Runtime) -> None:
+    import uvicorn
+
+    from diagnosd.api import create_app
+
+    server = built.settings.server
+    log.info(
+        "serving on http://%s:%d; prometheus %s; rules %s (%d trees); store %s; rounds %s",
+        server.host,
+        server.port,
+        built.settings.prometheus.url,
+        built.rules.directory,
+        len(built.rules.ruleset.trees),
+        built.settings.store.path,
+        f"every {built.settings.scheduler.interval}" if built.settings.scheduler.enabled else "off",
+    )
+    uvicorn.run(
+        create_app(built),
+        host=server.host,
+        port=server.port,
+        log_config=None,
+        log_level=built.settings.log_level.value,
+        access_log=server.access_log,
+        server_header=False,
+    )

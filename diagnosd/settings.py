@@ -1,0 +1,277 @@
+"""Daemon settings: defaults, then an optional YAML file, then DIAGNOSD_* variables, then flags.
+
+Built once by the `serve` driver and passed down (no import-time singleton). Validated completely
+at start: every problem at once, each with where its value came from. Secrets are SecretStr, may
+come from files (`*_file`), and never appear in a message.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+from collections.abc import Mapping
+from datetime import timedelta
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
+from urllib.parse import urlsplit
+
+import promql_parser as pp
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    SecretStr,
+    field_validator,
+    model_validator,
+)
+
+from diagnosd.sources import PrometheusConfig
+from diagnosd.trees.model import DURATION, LABEL_NAME
+
+MIN_SECRET = 16
+
+
+def _duration(value: Any) -> Any:
+    """`30s`, `1h30m` (Prometheus durations) or a number of seconds."""
+    if isinstance(value, bool):
+        raise ValueError("a duration such as 30s, 5m or 1h")
+    if isinstance(value, int | float):
+        return timedelta(seconds=value)
+    if isinstance(value, str):
+        text = value.strip()
+        if not DURATION.match(text):
+            raise ValueError(f"{text!r} is not a duration such as 30s, 5m or 1h")
+        if not any(ch in "123456789" for ch in text):
+            return timedelta(0)  # promql-parser refuses 0s, a fine `for`
+        return pp.parse_duration(text)
+    return value
+
+
+def _label(name: str) -> str:
+    if not LABEL_NAME.match(name) or name.startswith("__"):
+        raise ValueError(f"{name!r} is not a label name ([a-zA-Z_][a-zA-Z0-9_]*, not starting with __)")
+    return name
+
+
+def _strong(secret: SecretStr) -> SecretStr:
+    if len(secret.get_secret_value()) < MIN_SECRET:
+        raise ValueError(f"too short: use at least {MIN_SECRET} characters (e.g. `openssl rand -hex 16`)")
+    return secret
+
+
+def format_duration(value: timedelta) -> str:
+    """A timedelta the way Prometheus writes durations: 1d2h, 30s, 250ms."""
+    millis = round(value.total_seconds() * 1000)
+    parts = []
+    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000), ("ms", 1)):
+        count, millis = divmod(millis, size)
+        if count:
+            parts.append(f"{count}{unit}")
+    return "".join(parts) or "0s"
+
+
+Duration = Annotated[
+    timedelta,
+    BeforeValidator(_duration),
+    AfterValidator(lambda d: _positive(d)),
+    PlainSerializer(format_duration, return_type=str),
+]
+# A duration that may be 0s (a `for`).
+Hold = Annotated[
+    timedelta,
+    BeforeValidator(_duration),
+    AfterValidator(lambda d: _not_negative(d)),
+    PlainSerializer(format_duration, return_type=str),
+]
+LabelName = Annotated[str, AfterValidator(_label)]
+Secret = Annotated[SecretStr, AfterValidator(_strong)]
+
+
+def _positive(value: timedelta) -> timedelta:
+    if value <= timedelta(0):
+        raise ValueError("must be longer than 0s")
+    return value
+
+
+def _not_negative(value: timedelta) -> timedelta:
+    if value < timedelta(0):
+        raise ValueError("must not be negative")
+    return value
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class LogLevel(StrEnum):
+    DEBUG = "debug"
+    INFO = "info"
+    WARNING = "warning"
+    ERROR = "error"
+
+
+class PrometheusSettings(Section):
+    """Where queries go: Prometheus or any PromQL backend (Thanos, Mimir, VictoriaMetrics)."""
+
+    url: str
+    timeout: Duration = timedelta(seconds=10)
+    retries: Annotated[int, Field(ge=0, le=10)] = 2
+    bearer_token: SecretStr | None = None
+    username: str | None = None
+    password: SecretStr | None = None
+    # e.g. {"X-Scope-OrgID": "tenant-a"} for Mimir / Cortex.
+    headers: dict[str, str] = {}
+    ca_file: Path | None = None
+    insecure_skip_verify: bool = False
+    # Labels every series in scope carries besides the target's (matched exactly, not leniently).
+    strict_labels: list[LabelName] = []
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, url: str) -> str:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("expected http(s)://host[:port][/path]")
+        if parts.username or parts.password:
+            raise ValueError("must not hold credentials: use prometheus.username/password or bearer_token")
+        return url
+
+    @model_validator(mode="after")
+    def _check(self) -> PrometheusSettings:
+        if (self.username is None) != (self.password is None):
+            raise ValueError("username and password go together")
+        if self.bearer_token is not None and self.username is not None:
+            raise ValueError("use either bearer_token or username/password, not both")
+        return self
+
+    def config(self) -> PrometheusConfig:
+        verify: bool | str = False if self.insecure_skip_verify else (str(self.ca_file) if self.ca_file else True)
+        password = self.password.get_secret_value() if self.password else None
+        return PrometheusConfig(
+            url=self.url,
+            timeout=self.timeout.total_seconds(),
+            retries=self.retries,
+            bearer_token=self.bearer_token.get_secret_value() if self.bearer_token else None,
+            basic_auth=(self.username, password) if self.username and password else None,
+            headers=dict(self.headers),
+            verify=verify,
+        )
+
+
+class ServerSettings(Section):
+    host: str = "127.0.0.1"
+    port: Annotated[int, Field(ge=1, le=65535)] = 8080
+    access_log: bool = True
+
+    @property
+    def loopback(self) -> bool:
+        if self.host == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(self.host).is_loopback
+        except ValueError:
+            return False
+
+
+class StoreSettings(Section):
+    path: Path = Path("diagnosd.db")
+    # Resolved findings, delivered-alert memory and target states older than this are deleted.
+    retention: Duration = timedelta(days=7)
+
+
+class SchedulerSettings(Section):
+    enabled: bool = True
+    interval: Duration = timedelta(seconds=30)
+    # Narrows every round (e.g. {namespace: prod}); empty: the whole fleet.
+    scope: dict[LabelName, str] = {}
+    # Symptoms evaluated in rounds; empty: every loaded tree.
+    symptoms: list[str] = []
+    concurrency: Annotated[int, Field(ge=1, le=64)] = 4
+
+
+class FindingsSettings(Section):
+    # How long a cause must keep holding in rounds before its finding fires (alerts fire at once:
+    # the alert rule had its own `for`).
+    for_: Annotated[Hold, Field(alias="for")] = timedelta(minutes=1)
+    for_by_symptom: dict[str, Hold] = {}
+    # GET /findings shows active findings and those resolved within this window.
+    recent: Duration = timedelta(hours=1)
+    # A target state (symptom present, check values) not refreshed for this long is no longer exported.
+    state_ttl: Duration = timedelta(minutes=10)
+
+    def pending_for(self, symptom: str) -> timedelta:
+        return self.for_by_symptom.get(symptom, self.for_)
+
+
+class WebhookSettings(Section):
+    # alertname -> symptom id, for alerts without a `symptom` label.
+    alertname_map: dict[str, str] = {}
+    # Alert labels taken into the scope besides the tree's target labels (see docs/daemon.md).
+    scope_labels: list[LabelName] = ["model_name"]
+    queue_size: Annotated[int, Field(ge=1, le=100_000)] = 256
+    workers: Annotated[int, Field(ge=1, le=64)] = 2
+    max_body_bytes: Annotated[int, Field(ge=1024)] = 4 * 1024 * 1024
+    # A diagnosis that could not run (Prometheus down) is tried again this many times in all.
+    max_attempts: Annotated[int, Field(ge=1, le=100)] = 5
+    retry_after: Duration = timedelta(seconds=30)
+
+
+class AuthSettings(Section):
+    # Bearer tokens for the REST API and /metrics (not /healthz, /readyz, /docs).
+    api_tokens: list[Secret] = []
+    # What Alertmanager's webhook http_config sends; with neither, the webhook takes the API tokens.
+    webhook_tokens: list[Secret] = []
+    webhook_username: str | None = None
+    webhook_password: Secret | None = None
+    # Required to serve without any credential on an address other than loopback.
+    allow_anonymous: bool = False
+
+    @model_validator(mode="after")
+    def _pair(self) -> AuthSettings:
+        if (self.webhook_username is None) != (self.webhook_password is None):
+            raise ValueError("webhook_username and webhook_password go together")
+        return self
+
+    @property
+    def anonymous(self) -> bool:
+        return not (self.api_tokens or self.webhook_tokens or self.webhook_username)
+
+
+class MetricsSettings(Section):
+    # At most this many diagnosd_root_cause/symptom_active/check_value series per scrape.
+    max_series: Annotated[int, Field(ge=1)] = 10_000
+
+
+class Settings(Section):
+    prometheus: PrometheusSettings
+    server: ServerSettings = ServerSettings()
+    store: StoreSettings = StoreSettings()
+    scheduler: SchedulerSettings = SchedulerSettings()
+    findings: FindingsSettings = FindingsSettings()
+    webhook: WebhookSettings = WebhookSettings()
+    auth: AuthSettings = AuthSettings()
+    metrics: MetricsSettings = MetricsSettings()
+    rules_dir: Path | None = None
+    log_level: LogLevel = LogLevel.INFO
+    # symptom -> {param: value}: per-deployment overrides of tree params.
+    params: dict[str, dict[str, float | str]] = {}
+
+    @model_validator(mode="after")
+    def _safe(self) -> Settings:
+        if not self.server.loopback and self.auth.anonymous and not self.auth.allow_anonymous:
+            raise ValueError(
+                f"refusing to serve on {self.server.host} without credentials: set auth.api_tokens "
+                "(and webhook credentials), or auth.allow_anonymous: true if a proxy authenticates"
+            )
+        if self.findings.state_ttl < 2 * self.scheduler.interval:
+            raise ValueError("findings.state_ttl must be at least twice scheduler.interval")
+        return self
+
+    def redacted(self) -> Mapping[str, Any]:
+        """The settings as data with every secret masked: safe to log."""
+        data: dict[str, Any] = json.loads(self.model_dump_json(by_alias=True))
+        return data

@@ -1,0 +1,85 @@
+{{/* Names and labels, the usual way: <release> when it contains the chart's name, else <release>-diagnosd. */}}
+{{- define "diagnosd.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "diagnosd.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "diagnosd.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "diagnosd.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "diagnosd.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "diagnosd.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end -}}
+
+{{- define "diagnosd.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "diagnosd.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The Secret the pod reads: the existing one, or the chart's. */}}
+{{- define "diagnosd.secretName" -}}
+{{- default (include "diagnosd.fullname" .) .Values.secrets.existingSecret -}}
+{{- end -}}
+
+{{/*
+The keys of that Secret, as a JSON list. For the chart's Secret, one per secret value set; for an
+existing one, secrets.existingSecretKeys (checked against the keys the chart knows).
+*/}}
+{{- define "diagnosd.secretKeys" -}}
+{{- $keys := list -}}
+{{- if .Values.secrets.existingSecret -}}
+{{- $known := list "api-tokens" "webhook-tokens" "webhook-password" "prometheus-bearer-token" "prometheus-password" "scrape-token" -}}
+{{- range .Values.secrets.existingSecretKeys -}}
+{{- if not (has . $known) -}}
+{{- fail (printf "secrets.existingSecretKeys: unknown key %q (known: %s)" . (join ", " $known)) -}}
+{{- end -}}
+{{- end -}}
+{{- $keys = .Values.secrets.existingSecretKeys -}}
+{{- else -}}
+{{- if .Values.secrets.apiTokens -}}{{- $keys = concat $keys (list "api-tokens" "scrape-token") -}}{{- end -}}
+{{- if .Values.secrets.webhookTokens -}}{{- $keys = append $keys "webhook-tokens" -}}{{- end -}}
+{{- if .Values.secrets.webhookPassword -}}{{- $keys = append $keys "webhook-password" -}}{{- end -}}
+{{- if .Values.secrets.prometheusBearerToken -}}{{- $keys = append $keys "prometheus-bearer-token" -}}{{- end -}}
+{{- if .Values.secrets.prometheusPassword -}}{{- $keys = append $keys "prometheus-password" -}}{{- end -}}
+{{- end -}}
+{{- toJson $keys -}}
+{{- end -}}
+
+{{/*
+Fail early where diagnosd would refuse to start: no Prometheus URL; no credential on a non-loopback
+address without config.auth.allow_anonymous; a token shorter than diagnosd accepts.
+*/}}
+{{- define "diagnosd.check" -}}
+{{- $_ := required "config.prometheus.url is required: the Prometheus (or Thanos, Mimir) diagnosd queries" .Values.config.prometheus.url -}}
+{{- $keys := include "diagnosd.secretKeys" . | fromJsonArray -}}
+{{- $credential := or (has "api-tokens" $keys) (has "webhook-tokens" $keys) (has "webhook-password" $keys) -}}
+{{- $loopback := has .Values.listen.host (list "127.0.0.1" "localhost" "::1") -}}
+{{- if not (or $credential $loopback .Values.config.auth.allow_anonymous) -}}
+{{- fail "diagnosd refuses to serve off loopback without credentials: set secrets.apiTokens (e.g. --set \"secrets.apiTokens={$(openssl rand -hex 16)}\") or secrets.existingSecret, or config.auth.allow_anonymous=true if a proxy authenticates" -}}
+{{- end -}}
+{{- range (concat .Values.secrets.apiTokens .Values.secrets.webhookTokens) -}}
+{{- if lt (len .) 16 -}}
+{{- fail "secrets.apiTokens / secrets.webhookTokens: every token needs at least 16 characters (openssl rand -hex 16)" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}

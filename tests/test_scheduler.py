@@ -1,0 +1,138 @@
+"""Rounds against a real Prometheus: findings across the fleet, `for`, isolation of a failing tree,
+and APScheduler skipping (never stacking) a round that overruns its interval."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import httpx
+import pytest
+
+from diagnosd.findings.lifecycle import State, Trigger
+from diagnosd.findings.store import FindingQuery
+from diagnosd.scheduler import Scheduler
+from tests.api.faults import forwarding, mock_source
+from tests.findings.builders import diagnosis
+from tests.serving import AT, build, counted, fleet_prometheus, serve, settings
+
+
+@pytest.fixture(scope="module")
+def fleet_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with fleet_prometheus(tmp_path_factory.mktemp("fleet-prometheus")) as url:
+        yield url
+
+
+async def poll(condition: Callable[[], bool], seconds: float = 10) -> None:
+    async with asyncio.timeout(seconds):
+        while not condition():  # noqa: ASYNC110 - the condition is another task's progress
+            await asyncio.sleep(0.01)
+
+
+async def test_a_round_records_findings_where_the_symptom_holds(fleet_url: str, tmp_path: Path) -> None:
+    async with serve(build(settings(fleet_url, tmp_path))) as (client, services):
+        result = await services.scheduler.run_round()
+        findings = (await client.get("/findings")).json()["findings"]
+        metrics = (await client.get("/metrics")).text
+    assert result.outcome == "ok"
+    assert result.trees == {"queue_backlog": "ok", "kv_hit_low": "ok"}
+    assert sorted((f["symptom"], f["cause"], f["labels"]["pod"], f["state"]) for f in findings) == [
+        ("kv_hit_low", "prefix_cache_disabled", "vllm-1", "firing"),
+        ("queue_backlog", "kv_pool_full", "vllm-0", "firing"),
+    ]
+    assert counted(services.metrics.rounds, outcome="ok") == 1
+    assert next(iter(services.metrics.last_round.collect())).samples[0].value == AT.timestamp()
+    assert 'diagnosd_symptom_active{namespace="prod",pod="vllm-2",symptom="queue_backlog"} 1.0' in metrics
+    assert 'diagnosd_symptom_active{namespace="prod",pod="vllm-1",symptom="queue_backlog"}' not in metrics
+
+
+async def test_for_keeps_round_findings_pending_until_it_has_passed(fleet_url: str, tmp_path: Path) -> None:
+    now = [AT]
+    config = settings(fleet_url, tmp_path, findings={"for": "1m"}, scheduler={"symptoms": ["queue_backlog"]})
+    async with serve(build(config, clock=lambda: now[0])) as (_, services):
+        states = []
+        for seconds in (0, 30, 60):
+            now[0] = AT + timedelta(seconds=seconds)
+            await services.scheduler.run_round()
+            states.append([f.state for f in services.tracker.active()])
+    assert states == [[State.PENDING], [State.PENDING], [State.FIRING]]
+
+
+async def test_one_failing_tree_never_stops_the_round(
+    fleet_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def bug(request: httpx.Request) -> httpx.Response | None:
+        if b"prefix_cach" in request.content or b"prefix_cach" in str(request.url).encode():
+            raise RuntimeError("a bug somewhere below the engine")
+        return None
+
+    built = build(settings(fleet_url, tmp_path), source=mock_source(forwarding(fleet_url, bug)))
+    async with serve(built) as (_, services):
+        result = await services.scheduler.run_round()
+        causes = [f.cause for f in services.store.findings(FindingQuery())]
+    assert result.outcome == "partial"
+    assert result.trees == {"queue_backlog": "ok", "kv_hit_low": "error"}
+    assert causes == ["kv_pool_full"]
+    assert "round: kv_hit_low failed" in caplog.text
+    assert counted(services.metrics.diagnoses, trigger="round", outcome="error") == 1
+
+
+async def test_an_overrunning_round_is_skipped_not_stacked(
+    fleet_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def slow(request: httpx.Request) -> None:
+        await asyncio.sleep(0.3)
+
+    config = settings(fleet_url, tmp_path, scheduler={"interval": "100ms"})
+    built = build(config, source=mock_source(forwarding(fleet_url, slow)))
+    async with serve(built) as (_, services):
+        live = config.model_copy(update={"scheduler": config.scheduler.model_copy(update={"enabled": True})})
+        scheduler = Scheduler(
+            live, services.diagnoser, services.tracker, services.store, services.inbox, services.metrics, built.clock
+        )
+        running = peak = finished = 0
+        original = scheduler.run_round
+
+        async def watched() -> object:
+            nonlocal running, peak, finished
+            running += 1
+            peak = max(peak, running)
+            try:
+                return await original()
+            finally:
+                running -= 1
+                finished += 1
+
+        scheduler.run_round = watched  # type: ignore[method-assign,assignment]
+        scheduler.start()
+        await poll(lambda: finished >= 2)
+        await poll(lambda: running == 1)
+        in_flight = running
+        await scheduler.stop()  # cancels the round in flight, without an error
+        skipped = counted(services.metrics.rounds, outcome="skipped")
+    assert finished >= 2
+    assert (in_flight, running) == (1, 0)
+    assert peak == 1
+    assert skipped >= 1
+    assert "raised an exception" not in caplog.text
+
+
+async def test_housekeeping_applies_retention(fleet_url: str, tmp_path: Path) -> None:
+    now = [AT]
+    config = settings(fleet_url, tmp_path, store={"retention": "1h"})
+    async with serve(build(config, clock=lambda: now[0])) as (_, services):
+        await services.scheduler.run_round()
+        now[0] = AT + timedelta(minutes=1)
+        for symptom in ("queue_backlog", "kv_hit_low"):  # every target gone from complete rounds
+            empty = diagnosis(symptom=symptom)
+            services.tracker.record(empty, trigger=Trigger.ROUND, now=now[0], for_=timedelta(0), complete_scope={})
+        resolved = services.store.findings(FindingQuery(states=(State.RESOLVED,)))
+        now[0] = AT + timedelta(hours=2)
+        await services.scheduler.housekeeping()
+        after = services.store.findings(FindingQuery())
+        states = services.tracker.states(now[0], timedelta(days=1))
+    assert len(resolved) == 2
+    assert after == []
+    assert states == []
