@@ -139,11 +139,7 @@ class ThreadedServer:
 
 @contextmanager
 def alertmanager(workdir: Path, webhook_url: str, http_config: Mapping[str, Any]) -> Iterator[str]:
-    """A real Alertmanager 0.25 on loopback (no cluster gossip, fresh storage); yields its URL."""
-    binary = shutil.which("prometheus-alertmanager")
-    if binary is None:
-        raise RuntimeError("prometheus-alertmanager not found (Debian: apt-get install prometheus-alertmanager)")
-    workdir.mkdir(parents=True, exist_ok=True)
+    """A real Alertmanager routing every alert to `webhook_url` within a second; yields its URL."""
     config = {
         "route": {
             "receiver": "diagnosd",
@@ -159,7 +155,18 @@ def alertmanager(workdir: Path, webhook_url: str, http_config: Mapping[str, Any]
             }
         ],
     }
-    (workdir / "alertmanager.yml").write_text(yaml.safe_dump(config))
+    with run_alertmanager(workdir, config) as url:
+        yield url
+
+
+@contextmanager
+def run_alertmanager(workdir: Path, config: Mapping[str, Any]) -> Iterator[str]:
+    """A real Alertmanager 0.25 on loopback (no cluster gossip, fresh storage); yields its URL."""
+    binary = shutil.which("prometheus-alertmanager")
+    if binary is None:
+        raise RuntimeError("prometheus-alertmanager not found (Debian: apt-get install prometheus-alertmanager)")
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / "alertmanager.yml").write_text(yaml.safe_dump(dict(config)))
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     log = (workdir / "alertmanager.log").open("wb")
@@ -177,7 +184,8 @@ def alertmanager(workdir: Path, webhook_url: str, http_config: Mapping[str, Any]
     )
     log.close()
     try:
-        wait_until(lambda: _ready(url), 15, f"alertmanager on {url}")
+        wait_until(lambda: process.poll() is not None or _ready(url), 15, f"alertmanager on {url}")
+        assert process.poll() is None, (workdir / "alertmanager.log").read_text()
         yield url
     finally:
         process.terminate()

@@ -20,14 +20,14 @@ from diagnosd.trees.model import Severity, Text
 def encode_cause(c: RootCause) -> dict[str, Any]:
     return {
         "cause": c.cause,
-        "title": _text(c.title),
+        "title": text(c.title),
         "severity": str(c.severity),
-        "remediation": [_text(r) for r in c.remediation],
+        "remediation": [text(r) for r in c.remediation],
         "check": c.check,
         "depth": c.depth,
-        "excess": _number(c.excess),
+        "excess": number(c.excess),
         "evidence": [encode_evidence(e) for e in c.evidence],
-        "caveat": _text(c.caveat) if c.caveat else None,
+        "caveat": text(c.caveat) if c.caveat else None,
     }
 
 
@@ -50,13 +50,13 @@ def encode_evidence(e: Evidence) -> dict[str, Any]:
         "check": e.check,
         "query": e.query,
         "operator": e.operator,
-        "threshold": _number(e.threshold),
-        "value": _number(e.value),
-        "baseline": _number(e.baseline),
+        "threshold": number(e.threshold),
+        "value": number(e.value),
+        "baseline": number(e.baseline),
         "baseline_at": e.baseline_at.isoformat() if e.baseline_at else None,
         "unit": e.unit,
         "assumed": dict(e.assumed),
-        "context": {k: _number(v) for k, v in e.context.items()},
+        "context": {k: number(v) for k, v in e.context.items()},
     }
 
 
@@ -75,11 +75,12 @@ def decode_evidence(data: dict[str, Any]) -> Evidence:
     )
 
 
-def _text(t: Text) -> dict[str, str]:
+def text(t: Text) -> dict[str, str]:
     return {"en": t.en, "zh": t.zh}
 
 
-def _number(value: float | None) -> float | str | None:
+def number(value: float | None) -> float | str | None:
+    """JSON has no NaN or Infinity: those travel as Prometheus spells them."""
     if value is None:
         return None
     if math.isnan(value):

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import math
 from datetime import UTC, datetime
 from typing import Any
 
+from diagnosd.findings.codec import number as number  # re-exported: the wire encoding of values
+from diagnosd.findings.codec import text as text
 from diagnosd.findings.model import CheckResult, Diagnosis, Evidence, RootCause, TargetDiagnosis
-from diagnosd.trees.model import Text
 
 
 def diagnosis(d: Diagnosis) -> dict[str, Any]:
@@ -81,21 +81,6 @@ def evidence(e: Evidence) -> dict[str, Any]:
         "assumed": dict(e.assumed),
         "context": {k: number(v) for k, v in e.context.items()},
     }
-
-
-def text(t: Text) -> dict[str, str]:
-    return {"en": t.en, "zh": t.zh}
-
-
-def number(value: float | None) -> float | str | None:
-    """JSON has no NaN or Infinity: those travel as Prometheus spells them."""
-    if value is None:
-        return None
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    return value
 
 
 def timestamp(moment: datetime) -> str:

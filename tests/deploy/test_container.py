@@ -7,35 +7,22 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 import yaml
 
 from diagnosd.rulestest.server import free_port
 from tests.conftest import StartPrometheus
 from tests.deploy import chart, pod
+from tests.serving import run_alertmanager, wait_until
 
 MASK = "**********"
-
-
-def wait_for(condition: Callable[[], Any], seconds: float, what: str) -> Any:
-    deadline = time.monotonic() + seconds
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {seconds:g}s waiting for {what}")
-        time.sleep(0.05)
 
 
 def test_the_pods_command_settings_and_files_pass_serve_check(tmp_path: Path) -> None:
@@ -70,42 +57,8 @@ def running(laid: pod.Pod, port: int, log: Path) -> Iterator[str]:
         process = subprocess.Popen(argv, env=laid.env, cwd=laid.cwd, stdout=out, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_for(lambda: process.poll() is not None or _answers(f"{url}/healthz"), 30, "diagnosd to listen")
+        wait_until(lambda: process.poll() is not None or _answers(f"{url}/healthz"), 30, "diagnosd to listen")
         assert process.poll() is None, log.read_text()
-        yield url
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
-
-
-@contextmanager
-def alertmanager(config: dict[str, Any], workdir: Path) -> Iterator[str]:
-    binary = shutil.which("prometheus-alertmanager")
-    if binary is None:
-        pytest.fail("prometheus-alertmanager not found (apt-get install prometheus-alertmanager)")
-    (workdir / "alertmanager.yml").write_text(yaml.safe_dump(config))
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    with (workdir / "alertmanager.log").open("wb") as out:
-        process = subprocess.Popen(
-            [
-                binary,
-                f"--config.file={workdir / 'alertmanager.yml'}",
-                f"--storage.path={workdir / 'am-data'}",
-                f"--web.listen-address=127.0.0.1:{port}",
-                f"--web.external-url={url}",
-                "--cluster.listen-address=",
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    try:
-        wait_for(lambda: process.poll() is not None or _answers(f"{url}/-/ready"), 15, "alertmanager")
-        assert process.poll() is None, (workdir / "alertmanager.log").read_text()
         yield url
     finally:
         process.terminate()
@@ -164,7 +117,7 @@ def test_probes_scrape_token_and_alertmanager_example_work_end_to_end(
         # Alertmanager with the example's route and receiver, presenting the chart's webhook token.
         token_file = tmp_path / "webhook-token"
         token_file.write_text(chart.WEBHOOK_TOKEN + "\n")
-        with alertmanager(example_for(url, token_file), tmp_path) as am:
+        with run_alertmanager(tmp_path / "alertmanager", example_for(url, token_file)) as am:
             alert = {
                 "labels": {
                     "alertname": "DiagnosdQueueBacklog",
@@ -180,6 +133,6 @@ def test_probes_scrape_token_and_alertmanager_example_work_end_to_end(
                 text = httpx.get(url + "/metrics", headers=scrape).text
                 return text if deliveries(text, "accepted") or deliveries(text, "unauthorized") > 1 else None
 
-            metrics = wait_for(delivered, 15, "Alertmanager's delivery to reach diagnosd")
+            metrics = wait_until(delivered, 15, "Alertmanager's delivery to reach diagnosd")
         assert deliveries(metrics, "unauthorized") == 1  # our own unauthenticated POST above
         assert deliveries(metrics, "accepted") == 1, (tmp_path / "diagnosd.log").read_text()
