@@ -116,7 +116,7 @@ def _numbers(check: CheckResult) -> str:
 def describe(e: Evidence) -> str:
     op = OPERATORS.get(e.operator, e.operator)
     unit = f" {e.unit}" if e.unit and e.unit not in ("ratio",) else ""
-    assumed = f"  (assumed {', '.join(f'{k}={v}' for k, v in e.assumed.items())})" if e.assumed else ""
+    assumed = f"  (assumed {', '.join(f'{k}={_param(v)}' for k, v in e.assumed.items())})" if e.assumed else ""
     context = "".join(f"  {k}={fmt(v)}" for k, v in e.context.items())
     if e.operator.startswith("ratio_"):
         return (
@@ -136,7 +136,13 @@ def fmt(value: float | None) -> str:
         return "n/a"
     if math.isnan(value) or math.isinf(value):
         return str(value)
+    if value.is_integer() and abs(value) < 1e15:
+        return str(int(value))  # 100000 tokens, not 1e+05
     return f"{value:.4g}"
+
+
+def _param(value: float | str) -> str:
+    return value if isinstance(value, str) else fmt(value)
 
 
 def sign(value: float | None) -> str:
