@@ -136,7 +136,7 @@ def fmt(value: float | None) -> str:
         return "n/a"
     if math.isnan(value) or math.isinf(value):
         return str(value)
-    if value.is_integer() and abs(value) < 1e15:
+    if float(value).is_integer() and abs(value) < 1e15:
         return str(int(value))  # 100000 tokens, not 1e+05
     return f"{value:.4g}"
 
