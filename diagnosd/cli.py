@@ -30,7 +30,7 @@ EXIT_OK, EXIT_RULES, EXIT_USAGE, EXIT_SOURCE = 0, 1, 2, 3
 
 # Further drivers, one module each with `register(commands)` adding its subcommand(s) and
 # `run(args) -> int`; a module owns the commands it registers (args.command is one of them).
-DRIVERS: tuple[str, ...] = ("diagnosd.serve_cli",)
+DRIVERS: tuple[str, ...] = ("diagnosd.serve_cli", "diagnosd.sim.cli")
 
 
 def parser() -> argparse.ArgumentParser:

@@ -1,0 +1,139 @@
+"""The knobs of the simulated fleet: every number a scenario sets and a fault may change.
+
+Knobs are flat so that a fault names one with a plain key (`set: {prefix_caching: false}`).
+Structural facts that decide which series exist (engine, GPU count, model) live on the
+deployment and never change during a run.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from diagnosd.trees.model import Strict
+
+Share = Annotated[float, Field(ge=0.0, le=1.0)]
+Positive = Annotated[float, Field(gt=0.0)]
+NonNegative = Annotated[float, Field(ge=0.0)]
+
+
+class PodKnobs(Strict):
+    """One engine pod: its traffic, its requests, its engine flags, its GPUs and its node."""
+
+    # Traffic: a gateway group's requests are split over its pods by weight; direct traffic
+    # reaches the engine around the gateway.
+    routing_weight: NonNegative = 1.0
+    direct_rps: NonNegative = 0.0
+    # Requests (log-normal lengths; `*_spread` is the log-normal sigma).
+    prompt_tokens: Positive = 1800.0
+    prompt_spread: Positive = 0.6
+    long_prompt_share: Share = 0.0
+    long_prompt_tokens: Positive = 120000.0
+    output_tokens: Positive = 320.0
+    output_spread: Positive = 0.7
+    max_tokens: Positive = 2048.0
+    prefix_reuse: Share = 0.6
+    abort_share: Share = 0.003
+    error_share: Share = 0.0
+    # Clients that stop reading their stream: their requests hold a slot without progressing.
+    stalled_share: Share = 0.0
+    stall_seconds: Positive = 900.0
+    # How long a queued client waits before giving up (an abort).
+    client_patience: Positive = 300.0
+    # Engine flags (vLLM names; SGLang equivalents in parentheses in docs/fire-drills.md).
+    prefix_caching: bool = True
+    max_num_seqs: Annotated[int, Field(ge=1)] = 256
+    max_num_batched_tokens: Annotated[int, Field(ge=16)] = 8192
+    max_model_len: Annotated[int, Field(ge=256)] = 131072
+    gpu_memory_utilization: Annotated[float, Field(gt=0.0, le=1.0)] = 0.9
+    kv_cache_dtype: str = "auto"
+    block_size: Annotated[int, Field(ge=1)] = 16
+    enforce_eager: bool = False
+    lora_adapters: str = ""
+    lora_traffic_share: Share = 0.0
+    # Performance of the model on its GPUs at full clock.
+    prefill_tokens_per_s: Positive = 22000.0
+    step_overhead_ms: NonNegative = 0.6
+    host_ms: NonNegative = 1.5
+    tokenizer_us_per_token: NonNegative = 12.0
+    # GPU state.
+    clock_factor: Annotated[float, Field(gt=0.0, le=1.0)] = 1.0
+    gpu_contention: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.0
+    fb_skew: Share = 0.0
+    extra_fb_mib: NonNegative = 0.0
+    # Share of tensor-parallel traffic that goes over NVLink (0: peer-to-peer over PCIe / host).
+    nvlink_share: Share = 1.0
+    # The pod's node: Ethernet, InfiniBand (node_exporter state ids: 4 active, 5 link up), disks.
+    nic_gbps: Positive = 100.0
+    nic_background_gbps: NonNegative = 2.0
+    ib_gbps: Positive = 400.0
+    ib_traffic_gbps: NonNegative = 1.0
+    ib_state_id: Annotated[int, Field(ge=0, le=5)] = 4
+    ib_physical_state_id: Annotated[int, Field(ge=0, le=7)] = 5
+    ib_errors_per_s: NonNegative = 0.0
+    # Load-balancer failures the gateway sees on this backend (share of its calls, and the status).
+    gateway_failure_share: Share = 0.0
+    gateway_failure_status: str = "500"
+
+
+class ModelSpec(Strict):
+    """What the served model costs on one GPU of its tensor-parallel group."""
+
+    weights_gib: Positive = 15.0
+    kv_bytes_per_token: Positive = 131072.0
+    activation_gib: NonNegative = 3.0
+    # Decode compute per running sequence and step (ms): what grows a big batch's step.
+    decode_ms_per_seq: NonNegative = 0.05
+
+
+class GpuSpec(Strict):
+    model: str = "NVIDIA H100 80GB HBM3"
+    count: Annotated[int, Field(ge=1, le=8)] = 1
+    fb_total_mib: Positive = 81559.0
+    fb_reserved_mib: NonNegative = 510.0
+    max_sm_clock_mhz: Positive = 1980.0
+    mem_clock_mhz: Positive = 2619.0
+    bandwidth_gbs: Positive = 3350.0
+    power_limit_w: Positive = 700.0
+    idle_power_w: Positive = 75.0
+    driver: str = "570.133.20"
+
+
+class DeploymentKnobs(Strict):
+    """A Kubernetes Deployment's autoscaler (kube-state-metrics HPA series)."""
+
+    hpa_min: Annotated[int, Field(ge=0)] = 1
+    hpa_max: Annotated[int, Field(ge=1)] = 8
+    # Desired minus current replicas (the autoscaler wants more than it has).
+    hpa_pending: Annotated[int, Field(ge=0)] = 0
+
+
+class GroupKnobs(Strict):
+    """A LiteLLM model group (the alias clients ask for)."""
+
+    rps: NonNegative = 10.0
+    timeout: Positive = 600.0
+    num_retries: Annotated[int, Field(ge=0)] = 2
+    allowed_fails: Annotated[int, Field(ge=0)] = 3
+    cooldown_time: Positive = 5.0
+    usd_per_m_input: NonNegative = 0.2
+    usd_per_m_output: NonNegative = 0.6
+    streaming_share: Share = 0.8
+
+
+class KeyKnobs(Strict):
+    """A virtual key (tenant) of the gateway."""
+
+    share: NonNegative = 1.0
+    # A burst multiplies this key's own traffic (the others keep theirs).
+    rate_multiplier: NonNegative = 1.0
+    # Share of the key's requests the gateway rejects (400); each rejected request is sent again,
+    # so a key with failure_share f makes 1/(1-f) times the calls it means to.
+    failure_share: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.0
+    rpm_limit: Positive | None = 6000.0
+    tpm_limit: Positive | None = 20_000_000.0
+
+
+EngineKind = Literal["vllm", "sglang"]
+Names = Literal["v1", "v0"]

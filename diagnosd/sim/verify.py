@@ -1,0 +1,195 @@
+"""Checks that scenarios make the shipped rules find what they promise, on one real Prometheus.
+
+Every scenario's history (only the metrics the trees in question read) goes into one TSDB with
+a `diagnosd_scenario` label that the evaluator treats as a strict scope label, so scenarios share
+one time frame without seeing each other. Each expectation is then diagnosed through the real
+rules at the anchor: its causes must be root causes of its target, and, unless the scenario says
+otherwise, no other target of that symptom may show the symptom. A scenario that expects nothing
+(a healthy fleet) must show no symptom in any tree.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from diagnosd import runtime
+from diagnosd.engine import Evaluator, Scope
+from diagnosd.engine.params import effective
+from diagnosd.findings.model import Diagnosis
+from diagnosd.rulestest.server import LocalPrometheus
+from diagnosd.sim.backfill import backfill
+from diagnosd.sim.batch import Job, histories
+from diagnosd.sim.exposition import write_openmetrics
+from diagnosd.sim.scenario import Scenario
+from diagnosd.sim.schedule import Schedule
+from diagnosd.sim.simulator import HISTORY, current_names
+from diagnosd.sources import PrometheusConfig, PrometheusSource
+from diagnosd.trees import promql
+from diagnosd.trees.model import CheckNode, Tree, walk
+
+LABEL = "diagnosd_scenario"
+
+
+@dataclass
+class Finding:
+    scenario: str
+    symptom: str
+    target: str
+    problems: list[str] = field(default_factory=list)
+    causes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def metric_names(tree: Tree, rules: runtime.Rules) -> set[str]:
+    """Every spelling of every metric a tree's queries read (aliases and colon/underscore twins)."""
+    values = effective(tree)
+    texts = [tree.detect.query, *([tree.traffic.query] if tree.traffic else [])]
+    for node, _ in walk(list(tree.nodes)):
+        if isinstance(node, CheckNode):
+            texts += [node.query, *(c.query for c in node.context)]
+    names = {
+        n for text in texts for n in promql.selector_names(promql.parse(promql.substitute(text, values, tree.target)))
+    }
+    return {v for name in names for v in rules.aliases.variants(name)}
+
+
+def verify(
+    scenarios: Sequence[Scenario],
+    rules: runtime.Rules,
+    *,
+    anchor: float,
+    seed: int = 0,
+    workdir: Path | None = None,
+    processes: int | None = None,
+) -> list[Finding]:
+    """Simulate every scenario, load them all into one Prometheus, judge each expectation."""
+    jobs = [Job(s, _names(s, rules), ((LABEL, s.name or "?"),)) for s in scenarios]
+    with tempfile.TemporaryDirectory(prefix="diagnosd-verify-") as tmp:
+        work = workdir or Path(tmp)
+        with (work / "scenarios.om").open("w", encoding="utf-8") as out:
+            for series in histories(jobs, anchor=anchor, seed=seed, keep=_keep(anchor), parallel=processes != 1):
+                write_openmetrics(out, series, end=False)
+            out.write("# EOF\n")
+        backfill(work / "scenarios.om", work / "tsdb")
+        with LocalPrometheus(work / "prometheus", tsdb=work / "tsdb") as prom:
+            return asyncio.run(_evaluate(prom.url, scenarios, rules, anchor))
+
+
+def _names(scenario: Scenario, rules: runtime.Rules) -> frozenset[str]:
+    """Only what the trees in question read: a fraction of the fleet's series."""
+    return frozenset(set().union(*(metric_names(t, rules) for t in _trees(scenario, rules))))
+
+
+@dataclass(frozen=True)
+class _Keep:
+    """The windows the trees look at, and one sample an hour for the long max_over_time ranges."""
+
+    schedule: Schedule
+
+    def __call__(self, t: float) -> bool:
+        dense = self.schedule.dense
+        return any(start <= t <= end for start, end in dense) or (t - self.schedule.origin) % 3600.0 == 0.0
+
+
+def _keep(anchor: float) -> Callable[[float], bool]:
+    return _Keep(Schedule(anchor - HISTORY, anchor))
+
+
+def _trees(scenario: Scenario, rules: runtime.Rules) -> list[Tree]:
+    if not scenario.expect:
+        return list(rules.ruleset.trees.values())
+    symptoms = dict.fromkeys(e.symptom for e in scenario.expect)
+    return [tree for s in symptoms if (tree := rules.ruleset.tree(s)) is not None]
+
+
+async def _evaluate(url: str, scenarios: Iterable[Scenario], rules: runtime.Rules, anchor: float) -> list[Finding]:
+    from datetime import UTC, datetime
+
+    at = datetime.fromtimestamp(anchor, UTC)
+    config = PrometheusConfig(url=url, timeout=60.0)
+    out: list[Finding] = []
+    limit = asyncio.Semaphore(4)
+    async with config.client() as client:
+        evaluator = Evaluator(PrometheusSource(config, client), rules.aliases, strict_labels=[LABEL])
+
+        async def one(scenario: Scenario, tree: Tree) -> list[Finding]:
+            async with limit:
+                diagnosis = await evaluator.diagnose(tree, Scope.of({LABEL: scenario.name or "?"}), at)
+            return judge(scenario, tree, diagnosis, anchor)
+
+        pairs = [(scenario, tree) for scenario in scenarios for tree in _trees(scenario, rules)]
+        for findings in await asyncio.gather(*(one(s, t) for s, t in pairs)):
+            out.extend(findings)
+    return out
+
+
+def judge(scenario: Scenario, tree: Tree, diagnosis: Diagnosis, at: float) -> list[Finding]:
+    from diagnosd.sim.fleet import layout
+
+    assert scenario.fleet is not None
+    fleet = layout(scenario.fleet)
+    current = current_names(scenario, at, at)
+    name = scenario.name or "?"
+    expectations = [e for e in scenario.expect if e.symptom == tree.id]
+    if not expectations:
+        present = [_name(t.labels) for t in diagnosis.targets if t.symptom_present]
+        finding = Finding(name, tree.id, "*")
+        finding.problems += [f"{tree.id} present on {p} in a scenario that expects nothing of it" for p in present]
+        return [finding]
+    findings: list[Finding] = []
+    wanted = [fleet.labels(e.target, current) for e in expectations]
+    for expectation, labels in zip(expectations, wanted, strict=True):
+        finding = Finding(name, tree.id, expectation.target)
+        target = next((t for t in diagnosis.targets if _matches(t.labels, labels)), None)
+        if target is None:
+            seen = "; ".join(_name(t.labels) for t in diagnosis.targets) or "none"
+            finding.problems.append(f"{_name(labels)} not diagnosed (targets: {seen})")
+        else:
+            finding.causes = [c.cause for c in target.root_causes]
+            missing = [c for c in expectation.causes if c not in finding.causes]
+            if missing:
+                finding.problems.append(_explain(target, missing))
+        if expectation.isolated:
+            others = [
+                _name(t.labels)
+                for t in diagnosis.targets
+                if t.symptom_present and not any(_matches(t.labels, w) for w in wanted)
+            ]
+            finding.problems += [f"{tree.id} also present on {o} (the fault should stay on its target)" for o in others]
+        findings.append(finding)
+    return findings
+
+
+def _matches(labels: object, wanted: dict[str, str]) -> bool:
+    assert isinstance(labels, dict) or hasattr(labels, "items")
+    return all(labels.get(k) == v for k, v in wanted.items())  # type: ignore[attr-defined]
+
+
+def _name(labels: object) -> str:
+    return " ".join(f"{k}={v}" for k, v in dict(labels).items() if k != LABEL)  # type: ignore[call-overload]
+
+
+def _explain(target: object, missing: list[str]) -> str:
+    from diagnosd.findings.model import TargetDiagnosis
+
+    assert isinstance(target, TargetDiagnosis)
+    causes = [c.cause for c in target.root_causes]
+    detail = [
+        f"missing {', '.join(missing)} (root causes: {', '.join(causes) or 'none'}; symptom {target.symptom_present}"
+    ]
+    e = target.detect.evidence
+    if e is not None:
+        detail.append(f"detect value={e.value} baseline={e.baseline}")
+    for check in target.checks:
+        if check.cause in missing or check.id in missing:
+            ev = check.evidence
+            numbers = f" value={ev.value} baseline={ev.baseline} threshold={ev.threshold}" if ev else ""
+            detail.append(f"{check.id}: {check.verdict}{' ' + str(check.reason) if check.reason else ''}{numbers}")
+    return "; ".join(detail) + ")"
