@@ -1,38 +1,40 @@
-"""`diagnosd demo`: a scenario's day of history, a real Prometheus scraping the live fleet, a diagnosis.
+"""`diagnosd demo`: a scenario's day of history, a real Prometheus scraping the live fleet, the daemon.
 
 Steps: write the history, backfill it with promtool, serve the live fleet on loopback, start
-Prometheus (1 s scrapes of the simulator), wait for its first scrape, diagnose the scenario's
-symptom for its target through the CLI engine path, print the tree. Every process started here
-is stopped here, on Ctrl-C or when `once` is set.
+Prometheus (1 s scrapes of the simulator), wait for its first scrape, start `diagnosd serve` on
+loopback, ask it `GET /diagnose/<symptom>` for the scenario's target and print the tree it
+answers. Every process started here is stopped here, on Ctrl-C or when `once` is set.
 """
 
 from __future__ import annotations
 
-import asyncio
+import json
 import math
+import os
 import shutil
 import signal
+import subprocess
+import sys
 import tempfile
 import threading
 import time
+import urllib.error
+import urllib.parse
+import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
-from diagnosd import runtime
-from diagnosd.engine import Scope
 from diagnosd.errors import ScenarioError
-from diagnosd.findings.model import Diagnosis
-from diagnosd.render import text as render_text
-from diagnosd.rulestest.server import LocalPrometheus
+from diagnosd.rulestest.server import LocalPrometheus, free_port
 from diagnosd.sim import history
 from diagnosd.sim.backfill import backfill
 from diagnosd.sim.scenario import Scenario
 from diagnosd.sim.server import MetricsServer
 from diagnosd.sim.simulator import HISTORY, Simulator
-from diagnosd.sources import PrometheusConfig
 
 JOB = "diagnosd-simulate"
 Say = Callable[[str], None]
@@ -47,13 +49,20 @@ class Options:
     rules: Path | None = None
     history: float = HISTORY
     first_scrape_timeout: float = 30.0
+    daemon_timeout: float = 60.0
 
 
 @dataclass(frozen=True)
 class Outcome:
-    diagnosis: Diagnosis
+    # The daemon's JSON answer (the DESIGN contract) and its text tree.
+    diagnosis: dict[str, Any]
+    text: str
     expected: str | None
     found: bool
+
+    @property
+    def causes(self) -> list[str]:
+        return [c["cause"] for t in self.diagnosis["targets"] for c in t["root_causes"]]
 
 
 def scrape_config(port: int, interval: str = "1s") -> dict[str, object]:
@@ -73,30 +82,34 @@ def run(scenario: Scenario, options: Options, say: Say = print) -> Outcome:
     with _workdir(options.workdir) as work:
         anchor = float(math.floor(time.time()))
         sim = Simulator(scenario, anchor=anchor, seed=options.seed, history=options.history)
-        say(f"1/5 simulating {_hours(sim.history)} h of history for {len(sim.layout.pods)} engine pods ...")
+        say(f"1/6 simulating {_hours(sim.history)} h of history for {len(sim.layout.pods)} engine pods ...")
         started = time.monotonic()
         samples = history.write(work / "history.om", sim)
         say(f"    {samples:,} samples in {time.monotonic() - started:.1f} s")
         started = time.monotonic()
         backfill(work / "history.om", work / "tsdb")
-        say(f"2/5 backfilled into a Prometheus TSDB in {time.monotonic() - started:.1f} s")
+        say(f"2/6 backfilled into a Prometheus TSDB in {time.monotonic() - started:.1f} s")
         with (
             MetricsServer(sim) as server,
             LocalPrometheus(
                 work / "prometheus", tsdb=work / "tsdb", scrape=[scrape_config(server.port)], scrape_interval="1s"
             ) as prom,
         ):
-            say(f"3/5 simulator live at {server.url}")
-            say(f"4/5 Prometheus at {prom.url} scraping it every second; waiting for the first scrape ...")
+            say(f"3/6 simulator live at {server.url}")
+            say(f"4/6 Prometheus at {prom.url} scraping it every second; waiting for the first scrape ...")
             _wait_for_scrape(server, options.first_scrape_timeout)
-            labels = sim.layout.labels(target, {key: state.name for key, state in sim.pods.items()})
-            say(f"5/5 diagnosing {symptom} for {' '.join(f'{k}={v}' for k, v in labels.items())}\n")
-            outcome = diagnose(prom.url, symptom, labels, _expected(scenario, symptom, target), options)
-            say(render_text.render(outcome.diagnosis, options.lang).rstrip("\n"))
-            say(_verdict(outcome))
-            if not options.once:
-                say(f"\nPrometheus: {prom.url}/graph   simulator: {server.url}\nPress Ctrl-C to stop everything.")
-                wait_for_interrupt()
+            with daemon(work, prom.url, options) as url:
+                say(f"5/6 diagnosd serve at {url}")
+                labels = sim.layout.labels(target, {key: state.name for key, state in sim.pods.items()})
+                query = urllib.parse.urlencode({**labels, "lang": options.lang})
+                say(f"6/6 curl '{url}/diagnose/{symptom}?{query}&format=text'\n")
+                outcome = diagnose(url, symptom, labels, _expected(scenario, symptom, target), options)
+                say(outcome.text.rstrip("\n"))
+                say(_verdict(outcome))
+                if not options.once:
+                    say(f"\ndiagnosd: {url}/docs   findings: curl {url}/findings   metrics: {url}/metrics")
+                    say(f"Prometheus: {prom.url}/graph   simulator: {server.url}\nPress Ctrl-C to stop everything.")
+                    wait_for_interrupt()
     return outcome
 
 
@@ -116,26 +129,59 @@ def _expected(scenario: Scenario, symptom: str, target: str) -> str | None:
 
 
 def diagnose(url: str, symptom: str, labels: dict[str, str], expected: str | None, options: Options) -> Outcome:
-    rules = runtime.load(options.rules)
-    tree = rules.ruleset.tree(symptom)
-    if tree is None:
-        from diagnosd.errors import UnknownSymptom
+    """Ask the daemon, as a user would: the JSON answer decides, the text tree is shown."""
+    scope = urllib.parse.urlencode(labels)
+    answer = json.loads(_get(f"{url}/diagnose/{symptom}?{scope}&format=json"))
+    text = _get(f"{url}/diagnose/{symptom}?{scope}&format=text&lang={options.lang}")
+    causes = [c["cause"] for t in answer["targets"] for c in t["root_causes"]]
+    return Outcome(answer, text, expected, expected is None or expected in causes)
 
-        raise UnknownSymptom(symptom, list(rules.ruleset.trees))
 
-    async def go() -> Diagnosis:
-        async with runtime.evaluator(PrometheusConfig(url=url, timeout=30.0), rules) as evaluator:
-            return await evaluator.diagnose(tree, Scope.of(labels))
+@contextmanager
+def daemon(work: Path, prometheus: str, options: Options) -> Iterator[str]:
+    """`diagnosd serve` on a free loopback port against the demo's Prometheus; stopped on exit."""
+    port = free_port()
+    env = {**os.environ, "DIAGNOSD_PROMETHEUS_URL": prometheus, "DIAGNOSD_STORE_PATH": str(work / "diagnosd.db")}
+    rules = ["--rules", str(options.rules)] if options.rules else []
+    command = [sys.executable, "-m", "diagnosd", *rules, "serve", "--host", "127.0.0.1", "--port", str(port)]
+    with (work / "diagnosd.log").open("wb") as log:
+        process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait_ready(process, url, work / "diagnosd.log", options.daemon_timeout)
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
 
-    diagnosis = asyncio.run(go())
-    causes = [c.cause for t in diagnosis.targets for c in t.root_causes]
-    return Outcome(diagnosis, expected, expected is None or expected in causes)
+
+def _wait_ready(process: subprocess.Popen[bytes], url: str, log: Path, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"diagnosd serve exited with {process.returncode}:\n{log.read_text(errors='replace')}")
+        try:
+            _get(f"{url}/readyz")
+            return
+        except (OSError, urllib.error.HTTPError):
+            time.sleep(0.1)
+    raise TimeoutError(f"diagnosd serve not ready on {url} within {timeout:g} s")
+
+
+def _get(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=60) as response:
+        body: bytes = response.read()
+    return body.decode("utf-8")
 
 
 def _verdict(outcome: Outcome) -> str:
     if outcome.expected is None:
         return "\n(no root cause expected in this scenario)"
-    causes = [c.cause for t in outcome.diagnosis.targets for c in t.root_causes]
+    causes = outcome.causes
     if outcome.found:
         rank = causes.index(outcome.expected) + 1
         return f"\nexpected root cause {outcome.expected}: found (rank {rank} of {len(causes)})"

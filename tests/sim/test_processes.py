@@ -42,9 +42,12 @@ def test_ctrl_c_stops_the_demo_and_everything_it_started(tmp_path: Path) -> None
             out = _read_until(process, "Press Ctrl-C", timeout=60)
             prometheus = re.search(r"Prometheus: (http://\S+)/graph", out)
             simulator = re.search(r"simulator: (http://\S+)", out)
+            daemon = re.search(r"diagnosd: (http://\S+)/docs", out)
             assert prometheus is not None
             assert simulator is not None
+            assert daemon is not None
             assert httpx.get(f"{prometheus.group(1)}/-/ready", timeout=5).status_code == 200
+            assert httpx.get(f"{daemon.group(1)}/readyz", timeout=5).status_code == 200
             process.send_signal(signal.SIGINT)
             assert process.wait(timeout=20) == 0
         finally:
@@ -52,6 +55,7 @@ def test_ctrl_c_stops_the_demo_and_everything_it_started(tmp_path: Path) -> None
                 process.kill()
     assert _closed(prometheus.group(1)), "Prometheus still listening after Ctrl-C"
     assert _closed(simulator.group(1)), "the simulator still listening after Ctrl-C"
+    assert _closed(daemon.group(1)), "diagnosd serve still listening after Ctrl-C"
 
 
 def test_simulate_serves_on_loopback_and_stops_on_sigterm() -> None:
