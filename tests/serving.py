@@ -23,7 +23,7 @@ from prometheus_client import CollectorRegistry
 from diagnosd import runtime
 from diagnosd.api import create_app
 from diagnosd.rulestest.openmetrics import Series, write
-from diagnosd.rulestest.server import LocalPrometheus, backfill, free_port
+from diagnosd.rulestest.server import LocalPrometheus, backfill, free_port, stop
 from diagnosd.services import Services
 from diagnosd.settings import Settings
 
@@ -188,12 +188,7 @@ def run_alertmanager(workdir: Path, config: Mapping[str, Any]) -> Iterator[str]:
         assert process.poll() is None, (workdir / "alertmanager.log").read_text()
         yield url
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
+        stop(process)
 
 
 def _ready(url: str) -> bool:

@@ -29,7 +29,7 @@ from types import FrameType
 from typing import Any
 
 from diagnosd.errors import ScenarioError
-from diagnosd.rulestest.server import LocalPrometheus, free_port
+from diagnosd.rulestest.server import LocalPrometheus, free_port, stop
 from diagnosd.sim import history
 from diagnosd.sim.backfill import backfill
 from diagnosd.sim.scenario import Scenario
@@ -151,12 +151,7 @@ def daemon(work: Path, prometheus: str, options: Options) -> Iterator[str]:
         _wait_ready(process, url, work / "diagnosd.log", options.daemon_timeout)
         yield url
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
+        stop(process)
 
 
 def _wait_ready(process: subprocess.Popen[bytes], url: str, log: Path, timeout: float) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import yaml
 
-from diagnosd.rulestest.server import free_port
+from diagnosd.rulestest.server import free_port, stop
 from tests.conftest import StartPrometheus
 from tests.deploy import chart, pod
 from tests.serving import run_alertmanager, wait_until
@@ -61,12 +61,7 @@ def running(laid: pod.Pod, port: int, log: Path) -> Iterator[str]:
         assert process.poll() is None, log.read_text()
         yield url
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
+        stop(process)
 
 
 def _answers(url: str) -> bool:
