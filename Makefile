@@ -14,22 +14,27 @@ $(VENV)/.installed: pyproject.toml
 
 deps: $(VENV)/.installed
 
-# Prometheus and Alertmanager from Debian, when they are missing (root or sudo needed once).
+# Prometheus and Alertmanager from Debian, and venv support for Debian's own python3, when they
+# are missing (root or sudo needed once).
 system-deps:
-	@command -v prometheus >/dev/null && command -v promtool >/dev/null && command -v prometheus-alertmanager >/dev/null || { \
+	@missing=""; \
+	for tool in prometheus promtool prometheus-alertmanager; do command -v $$tool >/dev/null || missing="prometheus prometheus-alertmanager"; done; \
+	$(PYTHON) -c 'import ensurepip' 2>/dev/null || missing="$$missing python3-venv"; \
+	if [ -n "$$missing" ]; then \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends prometheus prometheus-alertmanager; }
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
 
 lint: deps
 	$(VENV)/bin/ruff check diagnosd tests bench
 	$(VENV)/bin/ruff format --check diagnosd tests bench
 	$(VENV)/bin/mypy
 
-test: deps system-deps lint
+test: system-deps deps lint
 	$(PY) -m diagnosd rules validate rules
 	$(PY) -m pytest -q
 
-demo: deps system-deps
+demo: system-deps deps
 	$(PY) -m diagnosd demo --scenario $(SCENARIO)
 
 clean:
