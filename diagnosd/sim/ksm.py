@@ -142,7 +142,7 @@ def _container(out: Collector, state: PodState, own: dict[str, str], node: str) 
         for resource, unit, value in (
             ("cpu", "core", 8.0 if kind == "requests" else 16.0),
             ("memory", "byte", 64 * 2**30 if kind == "requests" else 96 * 2**30),
-            ("nvidia_com_gpu", "integer", float(d.gpu.count)),
+            ("nvidia_com_gpu", "integer", float(state.knobs.gpu_request or d.gpu.count)),
         ):
             family.add(_labels(**c, node=node, resource=resource, unit=unit), value)
 
@@ -174,8 +174,10 @@ def _workloads(out: Collector, sim: Simulator) -> None:
         states = [s for s in sim.pods.values() if s.pod.deployment.name == d.name]
         ready = float(sum(s.engine is not None for s in states))
         own = {"deployment": d.name, "namespace": fleet.namespace}
+        hpa = sim.deployments.get(d.name)
+        spec = d.replicas if hpa is None or hpa.spec_replicas is None else hpa.spec_replicas
         for name, value in (
-            ("spec_replicas", float(d.replicas)),
+            ("spec_replicas", float(spec)),
             ("status_replicas", float(len(states))),
             ("status_replicas_ready", ready),
             ("status_replicas_available", ready),
@@ -185,7 +187,6 @@ def _workloads(out: Collector, sim: Simulator) -> None:
             _g(out, f"kube_deployment_{name}", f"[STABLE] Deployment {name.replace('_', ' ')}.").add(
                 _labels(**own), value
             )
-        hpa = sim.deployments.get(d.name)
         if hpa is not None:
             _hpa(out, fleet.namespace, d.name, d.replicas, hpa.hpa_min, hpa.hpa_max, hpa.hpa_pending)
 

@@ -78,6 +78,7 @@ class Engine:
     running: float = 0.0
     stalled: float = 0.0
     kv_usage: float = 0.0
+    kv_in_flight: float = 0.0  # requests whose KV is being pulled (decode side of PD, see pd.py)
     counters: dict[str, float] = field(default_factory=dict)
     hists: dict[str, Histogram] = field(default_factory=dict)
     tick: Tick = field(default_factory=Tick)
@@ -290,6 +291,8 @@ def account(engine: Engine, k: PodKnobs, bounds: Bounds, dt: float) -> None:
     engine.count("preemptions", t.preemptions * dt)
     engine.count("evicted_tokens", t.evicted * dt)
     engine.count("busy_seconds", dt * min(1.0, engine.running))
+    engine.count("forward_passes", t.steps_per_s * dt)
+    engine.count("forward_balancedness", t.steps_per_s * dt * k.expert_balancedness)
     _observe(engine, k, req, bounds, n, dt)
 
 

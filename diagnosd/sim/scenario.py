@@ -48,6 +48,12 @@ class Deployment(Strict):
     underscore: bool = False
     # A pod label the ServiceMonitor copies onto the engine's series (podTargetLabels), e.g. canary.
     track: Name | None = None
+    # The decode side of prefill/decode disaggregation (vLLM V1 with the NIXL connector as KV
+    # consumer): prompts arrive as KV pulled from prefill instances outside the simulated fleet.
+    kv_consumer: bool = False
+    # A mixture-of-experts model with expert parallelism over the pod's GPUs; SGLang then reports
+    # sglang:eplb_balancedness (its expert-balancedness report mode set to prometheus).
+    expert_parallel: bool = False
     gpu: GpuSpec = GpuSpec()
     model: ModelSpec = ModelSpec()
     pod: PodKnobs = PodKnobs()

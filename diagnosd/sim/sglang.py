@@ -96,6 +96,15 @@ def _pod(out: Collector, state: PodState, engine: Engine) -> None:
     counter("sglang:num_requests_total", "Number of requests processed.", finished, tok)
     counter("sglang:num_aborted_requests_total", "Number of requests aborted.", c.get("finished:abort", 0.0), tok)
     counter("sglang:num_so_requests_total", "Number of structured output requests processed.", 0.0, tok)
+    if state.pod.deployment.expert_parallel:
+        fam = out.family(
+            colon_free("sglang:eplb_balancedness", underscore),
+            Kind.SUMMARY,
+            "Balancedness of MoE in expert parallelism.",
+        )
+        labels = (*sched, ("forward_mode", "decode"))
+        fam.add(labels, math.floor(c.get("forward_passes", 0.0)), "_count")
+        fam.add(labels, c.get("forward_balancedness", 0.0), "_sum")
     queue = engine.hists.get("queue")
     if queue is not None:
         fam = out.family(

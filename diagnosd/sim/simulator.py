@@ -12,7 +12,7 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from diagnosd.sim import ledger
+from diagnosd.sim import ledger, pd
 from diagnosd.sim.fleet import Layout, Pod, layout, pod_name, pod_uid
 from diagnosd.sim.gateway import Gateway, Knobs, arrivals, route
 from diagnosd.sim.hardware import Gpu, read
@@ -222,9 +222,12 @@ class Simulator:
 
     def _pod(self, state: PodState, arrivals: float, t: float, dt: float) -> None:
         d = state.pod.deployment
+        pulled = 0.0
         if state.engine is not None:
             step(state.engine, state.knobs, (d.model, d.gpu, state.cap), arrivals, dt)
             account(state.engine, state.knobs, state.bounds, dt)
+            if d.kv_consumer:
+                pulled = pd.pull(state.engine, state.knobs, d.model, d.gpu, dt)
         loading = state.engine is None and self._loading(state, t)
         for gpu in state.gpus:
             gpu.reading = read(d.gpu, gpu.index, state.knobs, state.engine, state.noise + gpu.index * 7, t, loading)
@@ -232,7 +235,7 @@ class Simulator:
         served = state.engine.tick.served if state.engine else 0.0
         background = state.knobs.nic_background_gbps * 1e9 / 8.0
         state.nic_tx += dt * (background + served * 6000.0)
-        state.nic_rx += dt * (background * 1.2 + served * 9000.0)
+        state.nic_rx += dt * (background * 1.2 + served * 9000.0 + pulled)
         state.disk_read += dt * (2.0e6 + self._load_rate(state, t, dt))
         state.ib_tx += dt * state.knobs.ib_traffic_gbps * 1e9 / 8.0
         state.ib_rx += dt * state.knobs.ib_traffic_gbps * 1e9 / 8.0 * 0.9

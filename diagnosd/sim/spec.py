@@ -57,11 +57,16 @@ class PodKnobs(Strict):
     step_overhead_ms: NonNegative = 0.6
     host_ms: NonNegative = 1.5
     tokenizer_us_per_token: NonNegative = 12.0
+    # GPUs the pod's manifest requests when it differs from the deployment's tensor-parallel group
+    # (a manifest edited for a bigger TP size than any node has).
+    gpu_request: Annotated[int, Field(ge=1)] | None = None
     # GPU state.
     clock_factor: Annotated[float, Field(gt=0.0, le=1.0)] = 1.0
     gpu_contention: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.0
     fb_skew: Share = 0.0
     extra_fb_mib: NonNegative = 0.0
+    # Expert parallelism (MoE): mean / max tokens per GPU of each forward pass (1 = balanced).
+    expert_balancedness: Annotated[float, Field(gt=0.0, le=1.0)] = 0.9
     # Share of tensor-parallel traffic that goes over NVLink (0: peer-to-peer over PCIe / host).
     nvlink_share: Share = 1.0
     # The pod's node: Ethernet, InfiniBand (node_exporter state ids: 4 active, 5 link up), disks.
@@ -107,6 +112,8 @@ class DeploymentKnobs(Strict):
     hpa_max: Annotated[int, Field(ge=1)] = 8
     # Desired minus current replicas (the autoscaler wants more than it has).
     hpa_pending: Annotated[int, Field(ge=0)] = 0
+    # The Deployment's spec.replicas when it differs from its pod count (0: scaled to zero).
+    spec_replicas: Annotated[int, Field(ge=0)] | None = None
 
 
 class GroupKnobs(Strict):

@@ -126,8 +126,12 @@ def _v1(out: Collector, state: PodState, engine: Engine, now: float) -> None:
     o = _Out(out, state, _base(state, True))
     c = engine.counters
     o.gauge("vllm:num_requests_running", "Number of requests in model execution batches.", round(engine.running))
-    o.gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", round(engine.waiting))
-    for reason, waiting in (("capacity", float(round(engine.waiting))), ("deferred", 0.0)):
+    # Requests whose KV is still being pulled (PD decode side) wait too, deferred by the KV transfer.
+    fetching = float(round(engine.kv_in_flight))
+    o.gauge(
+        "vllm:num_requests_waiting", "Number of requests waiting to be processed.", round(engine.waiting) + fetching
+    )
+    for reason, waiting in (("capacity", float(round(engine.waiting))), ("deferred", fetching)):
         o.gauge(
             "vllm:num_requests_waiting_by_reason",
             "Number of waiting requests by reason. Reason labels: 'capacity' = waiting for scheduling capacity; "
@@ -161,10 +165,12 @@ def _v1(out: Collector, state: PodState, engine: Engine, now: float) -> None:
     o.counter("vllm:prompt_tokens_total", "Number of prefill tokens processed.", c.get("prompt_tokens", 0.0))
     o.counter("vllm:generation_tokens_total", "Number of generation tokens processed.", c.get("generation_tokens", 0.0))
     cached = c.get("prefix_hits", 0.0)
+    consumer = state.pod.deployment.kv_consumer
+    computed = c.get("computed_tokens", 0.0)
     for source, value in (
-        ("local_compute", c.get("computed_tokens", 0.0)),
+        ("local_compute", 0.0 if consumer else computed),
         ("local_cache_hit", cached),
-        ("external_kv_transfer", 0.0),
+        ("external_kv_transfer", computed if consumer else 0.0),
     ):
         o.counter(
             "vllm:prompt_tokens_by_source_total", "Number of prompt tokens by source.", value, (("source", source),)
@@ -178,8 +184,30 @@ def _v1(out: Collector, state: PodState, engine: Engine, now: float) -> None:
             (("finished_reason", reason),),
         )
     o.histograms(engine, HISTOGRAMS + V1_HISTOGRAMS)
+    if consumer:
+        _kv_consumer(o, engine)
     _config(out, state, o, now, v1=True)
     _process(out, state)
+
+
+def _kv_consumer(o: _Out, engine: Engine) -> None:
+    """The decode side of PD: KV pulls by stage and the NIXL transfer time (see pd.py)."""
+    for stage, value in (
+        ("waiting_to_start", 0.0),
+        ("in_progress", float(round(engine.kv_in_flight))),  # the `deferred` waiting requests
+        ("completed_waiting", float(round(engine.waiting))),
+    ):
+        o.gauge(
+            "vllm:num_requests_kv_fetch_by_stage",
+            "Number of waiting requests by async KV load stage. Stage labels: 'waiting_to_start' = needs an async "
+            "KV load that has not started; 'in_progress' = load started and not yet reported finished; "
+            "'completed_waiting' = load finished, request not running yet.",
+            value,
+            (("stage", stage),),
+        )
+    o.histograms(
+        engine, [("vllm:nixl_xfer_time_seconds", "xfer", "Histogram of transfer duration for NIXL KV Cache transfers.")]
+    )
 
 
 def _v0(out: Collector, state: PodState, engine: Engine, now: float) -> None:

@@ -19,7 +19,14 @@ from tests.sim.conftest import ANCHOR
 KNOWN_FILE = Path(__file__).resolve().parents[2] / "diagnosd" / "sim" / "known_metrics.txt"
 REFERENCE = Path("/work/shared/reference/metrics-engines-inventory.md")
 # Scenarios that switch on families the healthy fleet does not show (LoRA, restarts, PD, fallbacks...).
-EXTRA = ("unused_lora_loaded", "kernel_launch_overhead", "autoscaling_lagging", "requests_not_released")
+EXTRA = (
+    "unused_lora_loaded",
+    "kernel_launch_overhead",
+    "autoscaling_lagging",
+    "requests_not_released",
+    "healthy_pd",
+    "healthy_moe",
+)
 
 
 def known() -> set[str]:
