@@ -265,7 +265,7 @@ def _finding(f: Finding) -> dict[str, Any]:
         "evaluated_at": f.evaluated_at,
         "trigger": str(f.trigger),
         "alerts": list(f.alerts),
-        "root_cause": render_json.root_cause(f.root_cause),
+        "root_cause": render_json.encode_cause(f.root_cause),
     }
 
 

@@ -18,16 +18,17 @@ from diagnosd.trees.model import Severity, Text
 
 
 def encode_cause(c: RootCause) -> dict[str, Any]:
+    """A root cause as JSON: the REST contract and the store share this one shape."""
     return {
         "cause": c.cause,
         "title": text(c.title),
         "severity": str(c.severity),
         "remediation": [text(r) for r in c.remediation],
+        "caveat": text(c.caveat) if c.caveat else None,
         "check": c.check,
         "depth": c.depth,
         "excess": number(c.excess),
         "evidence": [encode_evidence(e) for e in c.evidence],
-        "caveat": text(c.caveat) if c.caveat else None,
     }
 
 
@@ -46,14 +47,16 @@ def decode_cause(data: dict[str, Any]) -> RootCause:
 
 
 def encode_evidence(e: Evidence) -> dict[str, Any]:
+    """Evidence as JSON; `compared` (value, ratio or delta) is derived and ignored when decoding."""
     return {
         "check": e.check,
         "query": e.query,
         "operator": e.operator,
-        "threshold": number(e.threshold),
         "value": number(e.value),
         "baseline": number(e.baseline),
-        "baseline_at": e.baseline_at.isoformat() if e.baseline_at else None,
+        "baseline_at": timestamp(e.baseline_at) if e.baseline_at else None,
+        "threshold": number(e.threshold),
+        "compared": number(e.compared),
         "unit": e.unit,
         "assumed": dict(e.assumed),
         "context": {k: number(v) for k, v in e.context.items()},
@@ -73,6 +76,10 @@ def decode_evidence(data: dict[str, Any]) -> Evidence:
         assumed=dict(data.get("assumed") or {}),
         context={k: _float(v) for k, v in (data.get("context") or {}).items()},
     )
+
+
+def timestamp(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
 def text(t: Text) -> dict[str, str]:

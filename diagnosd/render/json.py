@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Any
 
-from diagnosd.findings.codec import number as number  # re-exported: the wire encoding of values
+# One JSON shape for a cause and its evidence, shared with the findings store.
+from diagnosd.findings.codec import encode_cause as encode_cause
+from diagnosd.findings.codec import encode_evidence as encode_evidence
+from diagnosd.findings.codec import number as number
 from diagnosd.findings.codec import text as text
-from diagnosd.findings.model import CheckResult, Diagnosis, Evidence, RootCause, TargetDiagnosis
+from diagnosd.findings.codec import timestamp as timestamp
+from diagnosd.findings.model import CheckResult, Diagnosis, TargetDiagnosis
 
 
 def diagnosis(d: Diagnosis) -> dict[str, Any]:
@@ -28,22 +31,8 @@ def target(t: TargetDiagnosis) -> dict[str, Any]:
         "labels": dict(t.labels),
         "symptom_present": t.symptom_present,
         "detect": check(t.detect),
-        "root_causes": [root_cause(c) for c in t.root_causes],
+        "root_causes": [encode_cause(c) for c in t.root_causes],
         "checks": [check(c) for c in t.checks],
-    }
-
-
-def root_cause(c: RootCause) -> dict[str, Any]:
-    return {
-        "cause": c.cause,
-        "title": text(c.title),
-        "severity": str(c.severity),
-        "remediation": [text(r) for r in c.remediation],
-        "caveat": text(c.caveat) if c.caveat else None,
-        "check": c.check,
-        "depth": c.depth,
-        "excess": number(c.excess),
-        "evidence": [evidence(e) for e in c.evidence],
     }
 
 
@@ -62,26 +51,6 @@ def check(c: CheckResult) -> dict[str, Any]:
         "value": number(e.value) if e else None,
         "baseline": number(e.baseline) if e else None,
         "threshold": number(e.threshold) if e else None,
-        "evidence": evidence(e) if e else None,
+        "evidence": encode_evidence(e) if e else None,
         "guidance": text(c.guidance) if c.guidance else None,
     }
-
-
-def evidence(e: Evidence) -> dict[str, Any]:
-    return {
-        "check": e.check,
-        "query": e.query,
-        "operator": e.operator,
-        "value": number(e.value),
-        "baseline": number(e.baseline),
-        "baseline_at": timestamp(e.baseline_at) if e.baseline_at else None,
-        "threshold": number(e.threshold),
-        "compared": number(e.compared),
-        "unit": e.unit,
-        "assumed": dict(e.assumed),
-        "context": {k: number(v) for k, v in e.context.items()},
-    }
-
-
-def timestamp(moment: datetime) -> str:
-    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
