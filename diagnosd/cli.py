@@ -20,6 +20,7 @@ from diagnosd import runtime
 from diagnosd.engine import ParamError, Scope
 from diagnosd.engine import coverage as engine_coverage
 from diagnosd.errors import DiagnosdError, RulesError, ScopeError, SourceError, UnknownSymptom, UsageError
+from diagnosd.moments import parse_moment
 from diagnosd.render import json as render_json
 from diagnosd.render import text as render_text
 from diagnosd.sinks import alertrules
@@ -99,14 +100,9 @@ def _prometheus_options(command: argparse.ArgumentParser) -> None:
 
 def parse_time(text: str) -> datetime:
     try:
-        return datetime.fromtimestamp(float(text), UTC)
-    except ValueError:
-        pass
-    try:
-        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        return parse_moment(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is neither RFC3339 nor a Unix time") from None
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

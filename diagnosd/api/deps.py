@@ -5,7 +5,7 @@ domain errors, mapped to HTTP in api/errors.py.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Annotated
 
 from fastapi import Depends, Header, Path, Query, Request
@@ -13,6 +13,7 @@ from fastapi import Depends, Header, Path, Query, Request
 from diagnosd.api.auth import Credentials
 from diagnosd.engine import Scope
 from diagnosd.errors import RequestError, ScopeError
+from diagnosd.moments import parse_moment
 from diagnosd.services import Services
 from diagnosd.trees import Tree
 
@@ -79,14 +80,9 @@ ScopeDep = Annotated[Scope, Depends(scope)]
 def parse_time(name: str, text: str) -> datetime:
     """RFC3339 or Unix seconds, as the CLI's --at; raises RequestError naming the parameter."""
     try:
-        return datetime.fromtimestamp(float(text), UTC)
-    except (ValueError, OverflowError, OSError):
-        pass
-    try:
-        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        return parse_moment(text)
     except ValueError:
         raise RequestError(name, "expected RFC3339 (2026-11-29T14:00:00Z) or Unix seconds") from None
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 def at(
