@@ -8,10 +8,10 @@ from fastapi import APIRouter, Depends, Path, Query
 
 from diagnosd.api.deps import ServicesDep, parse_time, require_api
 from diagnosd.api.schemas import ErrorOut, FindingDetailOut, FindingListOut, finding_detail, finding_out
-from diagnosd.errors import FindingNotFound, ScopeError
+from diagnosd.engine import Scope
+from diagnosd.errors import FindingNotFound
 from diagnosd.findings.lifecycle import State
 from diagnosd.findings.store import FindingQuery
-from diagnosd.trees.model import LABEL_NAME
 
 router = APIRouter(tags=["findings"], dependencies=[Depends(require_api)])
 
@@ -44,20 +44,10 @@ async def list_findings(
     now = svc.runtime.clock()
     start = parse_time("since", since) if since else now - svc.runtime.settings.findings.recent
     end = parse_time("until", until) if until else None
-    query = FindingQuery(STATES[state], symptom, cause, _labels(label), start, end, limit + 1)
+    query = FindingQuery(STATES[state], symptom, cause, Scope.parse(label).as_dict(), start, end, limit + 1)
     found = svc.store.findings(query)
     items = [finding_out(f) for f in found[:limit]]
     return FindingListOut(findings=items, count=len(items), truncated=len(found) > limit, since=start, until=end)
-
-
-def _labels(items: list[str]) -> dict[str, str]:
-    labels: dict[str, str] = {}
-    for item in items:
-        name, sep, value = item.partition("=")
-        if not sep or not LABEL_NAME.match(name):
-            raise ScopeError(name or item, "label takes LABEL=VALUE with a valid label name")
-        labels[name] = value
-    return labels
 
 
 @router.get(
