@@ -8,17 +8,19 @@
 ARG PYTHON_IMAGE=python:3.11-slim
 
 # --- build: a wheel of the package, installed with its runtime dependencies only (no dev extras).
+# The wheel carries the trees: rules/ is the package diagnosd.rules (pyproject.toml), so it is copied here.
 FROM ${PYTHON_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY diagnosd/ diagnosd/
+COPY rules/ rules/
 RUN pip wheel --no-deps --wheel-dir /wheels . \
  && python -m venv --without-pip /opt/diagnosd/venv \
  && pip --python /opt/diagnosd/venv/bin/python install /wheels/diagnosd-*.whl
 
-# --- runtime: the virtualenv, the shipped rules, an unprivileged numeric user.
+# --- runtime: the virtualenv (the package and its trees), an unprivileged numeric user.
 FROM ${PYTHON_IMAGE}
 ARG VERSION=0.1.0
 ARG REVISION=unknown
@@ -36,15 +38,14 @@ RUN groupadd --system --gid 10001 diagnosd \
  && install -d -o 10001 -g 10001 -m 0750 /var/lib/diagnosd
 
 COPY --from=build /opt/diagnosd/venv /opt/diagnosd/venv
-COPY rules/ /opt/diagnosd/rules/
 
-# DIAGNOSD_RULES_DIR: the trees shipped with this image (runtime.default_rules_dir reads it).
-# The store keeps its default relative path (diagnosd.db), so it lands in the working directory,
-# the volume; the store path is deliberately not set here, so that a settings file can still set it.
+# No DIAGNOSD_RULES_DIR: the installed package finds its own trees; set it (or pass --rules DIR)
+# to use others. The store keeps its default relative path (diagnosd.db), so it lands in the
+# working directory, the volume; the store path is deliberately not set here, so that a settings
+# file can still set it.
 ENV PATH=/opt/diagnosd/venv/bin:${PATH} \
     PYTHONDONTWRITEBYTECODE=1 \
-    PYTHONUNBUFFERED=1 \
-    DIAGNOSD_RULES_DIR=/opt/diagnosd/rules
+    PYTHONUNBUFFERED=1
 WORKDIR /var/lib/diagnosd
 VOLUME ["/var/lib/diagnosd"]
 USER 10001:10001

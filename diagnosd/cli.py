@@ -10,11 +10,13 @@ import argparse
 import asyncio
 import importlib
 import json
+import os
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from diagnosd import runtime
 from diagnosd.engine import ParamError, Scope
@@ -28,59 +30,138 @@ from diagnosd.sources import PrometheusConfig, PrometheusSource
 from diagnosd.trees import catalogdoc
 
 EXIT_OK, EXIT_RULES, EXIT_USAGE, EXIT_SOURCE = 0, 1, 2, 3
+# The reader of standard output went away (`diagnosd ... | head`): 128 + SIGPIPE, what a shell
+# reports for any tool a closed pipe stopped, so that `set -o pipefail` sees the output was cut.
+EXIT_PIPE = 141
+EXIT_INTERRUPTED = 130
+
+DESCRIPTION = """\
+diagnosd walks the troubleshooting trees that LLM-serving SREs walk by hand (TTFT jumped, the
+queue backs up, GPUs idle while requests are slow...) against Prometheus, and says which branch
+holds, with the evidence: the query, the value, the threshold and the baseline, the branches ruled
+out, what could not be looked at and why, and what is left for a person.
+
+Start with `diagnosd demo` (a simulated fleet and a local Prometheus, nothing else needed), then
+`diagnosd diagnose SYMPTOM --prometheus URL` (`diagnosd symptoms` lists them)."""
+
+EPILOG = """\
+exit status:
+  0    the command ran (a diagnosis ran, whatever it found)
+  1    rules invalid or rule tests failed; demo: the scenario's expected cause was not found
+  2    bad usage or an unknown symptom
+  3    Prometheus could not be reached or answered wrongly
+  4    triage: something was found
+  130  interrupted (Ctrl-C)
+  141  standard output was closed early (e.g. piped to head)
+
+Run `diagnosd COMMAND --help` for a command's options."""
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Descriptions as written; every option's default shown, unless it has none worth showing."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        default = action.default
+        if (
+            "default" in text
+            or default is None
+            or default is argparse.SUPPRESS
+            or isinstance(default, bool)
+            or default == []
+            or not (action.option_strings or action.nargs in ("?", "*"))
+        ):
+            return text
+        return f"{text} (default: %(default)s)"
+
+
+class Parser(argparse.ArgumentParser):
+    """The parser of diagnosd and of every subcommand (add_subparsers makes more of its class)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+
 
 # Further drivers, one module each with `register(commands)` adding its subcommand(s) and
 # `run(args) -> int`; a module owns the commands it registers (args.command is one of them).
-DRIVERS: tuple[str, ...] = ("diagnosd.serve_cli", "diagnosd.sim.cli")
+DRIVERS: tuple[str, ...] = ("diagnosd.serve_cli", "diagnosd.sim.cli", "diagnosd.triage_cli")
 
 
 def parser() -> argparse.ArgumentParser:
-    root = argparse.ArgumentParser(prog="diagnosd", description=__doc__.splitlines()[0] if __doc__ else None)
-    root.add_argument("--rules", type=Path, help="rules directory (default: the shipped rules)")
+    root = Parser(prog="diagnosd", description=DESCRIPTION, epilog=EPILOG)
+    root.add_argument("--rules", type=Path, metavar="DIR", help="rules directory (default: the shipped rules)")
+    version = importlib.import_module("diagnosd").__version__  # the one version: pyproject.toml reads it too
+    root.add_argument("--version", action="version", version=f"%(prog)s {version}")
     commands = root.add_subparsers(dest="command", required=True)
 
     symptoms = commands.add_parser("symptoms", help="list the symptoms diagnosd can diagnose")
     _format_lang(symptoms)
 
     diagnose = commands.add_parser("diagnose", help="walk one symptom's tree against Prometheus")
-    diagnose.add_argument("symptom")
-    diagnose.add_argument("--prometheus", required=True, metavar="URL")
-    diagnose.add_argument("--match", action="append", default=[], metavar="LABEL=VALUE", help="narrow the scope")
-    diagnose.add_argument("--at", type=parse_time, help="RFC3339 or Unix time (default: now)")
-    diagnose.add_argument("--param", action="append", default=[], metavar="NAME=VALUE", help="override a tree param")
+    diagnose.add_argument("symptom", help="a symptom id from `diagnosd symptoms`")
+    _prometheus_url(diagnose)
+    diagnose.add_argument(
+        "--match", action="append", default=[], metavar="LABEL=VALUE", help="narrow the scope (repeatable)"
+    )
+    diagnose.add_argument("--at", type=parse_time, metavar="TIME", help="RFC3339 or Unix time (default: now)")
+    diagnose.add_argument(
+        "--param", action="append", default=[], metavar="NAME=VALUE", help="override a tree param (repeatable)"
+    )
     _prometheus_options(diagnose)
     _format_lang(diagnose)
+    diagnose.add_argument("--verbose", action="store_true", help="text: every target's whole tree, not one line each")
 
     rules = commands.add_parser("rules", help="validate, test or check coverage of rules")
     rules_commands = rules.add_subparsers(dest="rules_command", required=True)
     validate = rules_commands.add_parser("validate", help="load every tree, report every problem")
-    validate.add_argument("dir", nargs="?", type=Path)
+    _rules_dir(validate)
     test = rules_commands.add_parser("test", help="run the series tests beside the trees on a real Prometheus")
-    test.add_argument("dir", nargs="?", type=Path)
-    test.add_argument("--only", action="append", default=[], metavar="SYMPTOM", help="test these trees only")
-    test.add_argument("--prometheus-binary", default="prometheus")
-    test.add_argument("--promtool-binary", default="promtool")
+    _rules_dir(test)
+    test.add_argument(
+        "--only", action="append", default=[], metavar="SYMPTOM", help="test these trees only (repeatable)"
+    )
+    test.add_argument("--prometheus-binary", default="prometheus", metavar="PATH", help="the Prometheus to run")
+    test.add_argument("--promtool-binary", default="promtool", metavar="PATH", help="the promtool to run")
     coverage = rules_commands.add_parser("coverage", help="which checks can run on this Prometheus, what is missing")
-    coverage.add_argument("dir", nargs="?", type=Path)
-    coverage.add_argument("--prometheus", required=True, metavar="URL")
-    coverage.add_argument("--lookback", type=float, default=24.0, metavar="HOURS", help="where to look for series")
-    coverage.add_argument("--format", choices=("text", "json"), default="text")
+    _rules_dir(coverage)
+    _prometheus_url(coverage)
+    coverage.add_argument(
+        "--lookback", type=float, default=24.0, metavar="HOURS", help="how far back to look for series"
+    )
+    coverage.add_argument("--format", choices=("text", "json"), default="text", help="output format")
     _prometheus_options(coverage)
     alerts = rules_commands.add_parser("alerts", help="Prometheus alerting rules from the trees' detect conditions")
-    alerts.add_argument("dir", nargs="?", type=Path)
-    alerts.add_argument("--out", type=Path, help="file to write (default: standard output)")
-    alerts.add_argument("--for", dest="hold", default="5m", help="how long a condition holds before it fires")
+    _rules_dir(alerts)
+    alerts.add_argument("--out", type=Path, metavar="FILE", help="file to write (default: standard output)")
+    alerts.add_argument(
+        "--for", dest="hold", default="5m", metavar="DURATION", help="how long a condition holds before it fires"
+    )
     catalog = rules_commands.add_parser("catalog", help="write docs/catalog.md from the rules")
-    catalog.add_argument("dir", nargs="?", type=Path)
-    catalog.add_argument("--out", type=Path, help="file to write (default: standard output)")
+    _rules_dir(catalog)
+    catalog.add_argument("--out", type=Path, metavar="FILE", help="file to write (default: standard output)")
     for name in DRIVERS:
         importlib.import_module(name).register(commands)
     return root
 
 
 def _format_lang(command: argparse.ArgumentParser) -> None:
-    command.add_argument("--format", choices=("text", "json"), default="text")
-    command.add_argument("--lang", choices=("en", "zh"), default="en")
+    command.add_argument("--format", choices=("text", "json"), default="text", help="output format")
+    command.add_argument("--lang", choices=("en", "zh"), default="en", help="language of titles and guidance")
+
+
+def _rules_dir(command: argparse.ArgumentParser) -> None:
+    command.add_argument("dir", nargs="?", type=Path, help="rules directory (default: --rules, else the shipped rules)")
+
+
+def _prometheus_url(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "--prometheus",
+        required=True,
+        metavar="URL",
+        help="Prometheus HTTP API base URL (Thanos, Mimir, VictoriaMetrics work too); credentials in it are "
+        "never printed",
+    )
 
 
 def _prometheus_options(command: argparse.ArgumentParser) -> None:
@@ -91,11 +172,11 @@ def _prometheus_options(command: argparse.ArgumentParser) -> None:
         metavar="NAME=VALUE",
         help="extra HTTP header, e.g. X-Scope-OrgID=tenant",
     )
-    command.add_argument("--bearer-token-file", type=Path)
-    command.add_argument("--basic-auth-file", type=Path, help="a file holding USER:PASSWORD")
-    command.add_argument("--ca-file", type=Path, help="CA bundle to verify Prometheus' certificate")
+    command.add_argument("--bearer-token-file", type=Path, metavar="FILE", help="a file holding a bearer token")
+    command.add_argument("--basic-auth-file", type=Path, metavar="FILE", help="a file holding USER:PASSWORD")
+    command.add_argument("--ca-file", type=Path, metavar="FILE", help="CA bundle to verify Prometheus' certificate")
     command.add_argument("--insecure-skip-verify", action="store_true", help="do not verify TLS certificates")
-    command.add_argument("--timeout", type=float, default=10.0, help="seconds per query")
+    command.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS", help="seconds per query")
 
 
 def parse_time(text: str) -> datetime:
@@ -106,6 +187,30 @@ def parse_time(text: str) -> datetime:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        code = _main(argv)
+        sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit
+    except BrokenPipeError:
+        _stdout_to_devnull()
+        return EXIT_PIPE
+    except KeyboardInterrupt:
+        print("\ndiagnosd: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    return code
+
+
+def _stdout_to_devnull() -> None:
+    """Nothing more reaches the closed pipe: Python's flush at exit then has nowhere to fail."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # standard output is not a file (captured): nothing to redirect
+        pass
+    finally:
+        os.close(devnull)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = parser().parse_args(argv)
     try:
         return run(args)
@@ -158,7 +263,7 @@ async def diagnose(rules: runtime.Rules, args: argparse.Namespace) -> int:
     if args.format == "json":
         print(json.dumps(render_json.diagnosis(result), ensure_ascii=False, indent=2))
     else:
-        print(render_text.render(result, args.lang), end="")
+        print(render_text.render(result, args.lang, verbose=args.verbose, tree=tree), end="")
     return EXIT_OK
 
 

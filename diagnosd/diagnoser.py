@@ -12,9 +12,11 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from diagnosd.engine import Evaluator, Scope
+from diagnosd.engine.triage import triage
 from diagnosd.errors import SourceError, SourceTimeout, SourceUnavailable, UnknownSymptom
 from diagnosd.findings.lifecycle import Trigger
 from diagnosd.findings.model import Diagnosis
+from diagnosd.findings.triage import Board
 from diagnosd.sinks.metrics import Metrics
 from diagnosd.sources.base import QuerySource
 from diagnosd.sources.metered import MeteredSource
@@ -76,6 +78,19 @@ class Diagnoser:
         finally:
             self._metrics.diagnoses.labels(str(trigger), outcome).inc()
             self._metrics.diagnosis_seconds.labels(str(trigger)).observe(time.perf_counter() - start)
+
+    async def triage(self, scope: Scope, at: datetime | None) -> Board:
+        """Every symptom at once, worst first (engine/triage.py); raises when nothing could be seen."""
+        source = MeteredSource(self._source, self._metrics.query)
+        return await triage(
+            source,
+            self.ruleset.trees.values(),
+            self._aliases,
+            scope,
+            at,
+            params=self._params,
+            strict_labels=self._strict,
+        )
 
 
 def blindness(errors: Sequence[SourceError]) -> SourceError:

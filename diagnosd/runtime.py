@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
@@ -19,18 +18,12 @@ from diagnosd.settings import Settings
 from diagnosd.sources import PrometheusConfig, PrometheusSource, QuerySource
 from diagnosd.trees import RuleSet, load_rules
 from diagnosd.trees.aliases import Aliases, load_aliases
-
-RULES_ENV = "DIAGNOSD_RULES_DIR"
+from diagnosd.trees.location import rules_dir_variable, shipped_rules_dir
 
 
 def default_rules_dir() -> Path:
-    """$DIAGNOSD_RULES_DIR, the checkout's rules/, or the rules installed with the package."""
-    if os.environ.get(RULES_ENV):
-        return Path(os.environ[RULES_ENV])
-    checkout = Path(__file__).resolve().parent.parent / "rules"
-    if checkout.is_dir():
-        return checkout
-    return Path(sys.prefix) / "share" / "diagnosd" / "rules"
+    """$DIAGNOSD_RULES_DIR, else the trees shipped with the package (diagnosd.trees.location)."""
+    return rules_dir_variable(os.environ) or shipped_rules_dir()
 
 
 @dataclass(frozen=True)
@@ -79,7 +72,8 @@ def build(
     source: SourceFactory | None = None,
 ) -> Runtime:
     """Load the rules and check the settings against them; raises RulesError or SettingsError."""
-    rules = load(settings.rules_dir)
+    # The settings already hold $DIAGNOSD_RULES_DIR (settings_loader asks rules_dir_variable).
+    rules = load(settings.rules_dir or shipped_rules_dir())
     problems = _cross_check(settings, rules)
     if problems:
         raise SettingsError(problems)

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ValidationError
 from diagnosd.errors import Problem, SettingsError
 from diagnosd.settings import Settings
 from diagnosd.trees.loader import describe
+from diagnosd.trees.location import rules_dir_variable
 from diagnosd.trees.yamlfile import read_yaml
 
 log = logging.getLogger(__name__)
@@ -158,6 +159,11 @@ def _read_environ(environ: Mapping[str, str], sources: _Sources) -> None:
         key = known.get(variable)
         if key is None:
             log.warning("ignoring unknown setting variable %s", variable)
+            continue
+        if key == ("rules_dir",):  # read where the CLI reads it, so both agree (an empty value is unset)
+            rules_dir = rules_dir_variable(environ)
+            if rules_dir is not None:
+                sources.set(key, str(rules_dir), variable)
             continue
         try:
             sources.set(key, _env_value(key, raw), variable)

@@ -1,26 +1,41 @@
 """The FastAPI application factory: `create_app(runtime)`; nothing is built at import time.
 
 Its lifespan opens the live services (Prometheus client, store, metrics, alert inbox, scheduler)
-and closes them when the server stops; handlers reach them through request state.
+and closes them when the server stops; handlers reach them through request state. `/docs` is
+Swagger UI served from the installed swagger-ui-py package (under /docs/static), never from a
+CDN, so that it works air-gapped; like /openapi.json it needs no credentials.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from importlib import resources
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.responses import HTMLResponse
+from fastapi.staticfiles import StaticFiles
 
 from diagnosd import __version__
 from diagnosd.api import errors
 from diagnosd.api.auth import Credentials
 from diagnosd.api.limits import BodyLimit, Scope
-from diagnosd.api.routes import diagnose, findings, health, metrics, symptoms, webhook
+from diagnosd.api.routes import diagnose, findings, health, metrics, symptoms, triage, webhook
 from diagnosd.runtime import Runtime
 from diagnosd.services import open_services
 
 DESCRIPTION = """diagnosd walks LLM-serving troubleshooting trees against Prometheus and says which
 branch holds, with the evidence. Findings come from scheduler rounds and Alertmanager alerts."""
+
+DOCS_STATIC = "/docs/static"
+# Swagger UI 5 (OpenAPI 3.1, what FastAPI describes) as the swagger-ui-py package ships it.
+SWAGGER_JS, SWAGGER_CSS, SWAGGER_FAVICON = "swagger-ui-bundle.js", "swagger-ui.css", "favicon-32x32.png"
+
+
+def swagger_assets() -> str:
+    """The directory of the installed Swagger UI files."""
+    return str(resources.files("swagger_ui") / "static")
 
 
 def create_app(runtime: Runtime) -> FastAPI:
@@ -40,16 +55,34 @@ def create_app(runtime: Runtime) -> FastAPI:
         version=__version__,
         description=DESCRIPTION,
         lifespan=lifespan,
-        docs_url="/docs",
+        docs_url=None,
         redoc_url=None,
         openapi_url="/openapi.json",
     )
     app.state.credentials = credentials
+    _docs(app)
     errors.install(app)
-    for module in (diagnose, symptoms, findings, webhook, health, metrics):
+    for module in (diagnose, triage, symptoms, findings, webhook, health, metrics):
         app.include_router(module.router)
     app.add_middleware(BodyLimit, max_bytes=runtime.settings.webhook.max_body_bytes, on_reject=_count_too_large)
     return app
+
+
+def _docs(app: FastAPI) -> None:
+    """GET /docs: Swagger UI whose every asset this app serves."""
+    app.mount(DOCS_STATIC, StaticFiles(directory=swagger_assets()), name="docs-static")
+
+    @app.get("/docs", include_in_schema=False)
+    async def docs(request: Request) -> HTMLResponse:
+        root = str(request.scope.get("root_path", "")).rstrip("/")
+        static = root + DOCS_STATIC
+        return get_swagger_ui_html(
+            openapi_url=root + (app.openapi_url or "/openapi.json"),
+            title=f"{app.title} API",
+            swagger_js_url=f"{static}/{SWAGGER_JS}",
+            swagger_css_url=f"{static}/{SWAGGER_CSS}",
+            swagger_favicon_url=f"{static}/{SWAGGER_FAVICON}",
+        )
 
 
 def _count_too_large(scope: Scope) -> None:

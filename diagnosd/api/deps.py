@@ -18,7 +18,7 @@ from diagnosd.services import Services
 from diagnosd.trees import Tree
 
 # Query parameters of /diagnose that are not scope labels; `match=LABEL=VALUE` scopes any label.
-RESERVED = frozenset({"at", "format", "lang", "match"})
+RESERVED = frozenset({"at", "format", "lang", "match", "verbose"})
 MAX_VALUE = 1024
 
 
@@ -57,7 +57,7 @@ TreeDep = Annotated[Tree, Depends(tree)]
 
 
 def scope(request: Request) -> Scope:
-    """Every query parameter but at/format/lang is `label=value`; `match=label=value` for any label."""
+    """Every query parameter but at/format/lang/verbose is `label=value`; `match=label=value` for any label."""
     labels: dict[str, str] = {}
     for name, value in request.query_params.multi_items():
         if name == "match":

@@ -40,6 +40,8 @@ class EvidenceOut(Wire):
     unit: str | None
     assumed: dict[str, float | str]
     context: dict[str, Number]
+    # The backend's warnings for the answers behind it (a partial response).
+    warnings: list[str] = []
 
 
 class CheckOut(Wire):
@@ -57,6 +59,7 @@ class CheckOut(Wire):
     threshold: Number
     evidence: EvidenceOut | None
     guidance: TextOut | None
+    warnings: list[str] = []
 
 
 class RootCauseOut(Wire):
@@ -69,6 +72,13 @@ class RootCauseOut(Wire):
     depth: int
     excess: Number
     evidence: list[EvidenceOut]
+    # The matched causes that explain this one (a consequence); empty for a root cause.
+    explained_by: list[str] = []
+    # The matched consequences this cause explains, each with its evidence.
+    explains: list[RootCauseOut] = []
+
+
+RootCauseOut.model_rebuild()
 
 
 class TargetOut(Wire):
@@ -76,6 +86,10 @@ class TargetOut(Wire):
     symptom_present: bool | None
     detect: CheckOut
     root_causes: list[RootCauseOut]
+    # Matched causes explained by a root cause (shown under it, never a root cause themselves).
+    consequences: list[RootCauseOut] = []
+    # The symptom is unknown: matched branches that would explain it, symptom not established.
+    possible_causes: list[RootCauseOut] = []
     checks: list[CheckOut]
 
 

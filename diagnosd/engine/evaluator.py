@@ -7,7 +7,7 @@ number of checks, never with the number of targets (each query returns a vector 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -15,12 +15,13 @@ from diagnosd.engine import params as P
 from diagnosd.engine.judge import Answer, Key, Question
 from diagnosd.engine.rewrite import ScopeMatcher, rewrite
 from diagnosd.engine.scope import Scope
-from diagnosd.engine.walk import diagnose_target
+from diagnosd.engine.walk import diagnose_target, explanations
 from diagnosd.errors import QueryRejected, SourceError
 from diagnosd.findings.model import Diagnosis, NodeKind
-from diagnosd.sources.base import QuerySource, Sample
+from diagnosd.sources.base import QuerySource, Sample, warnings_of
 from diagnosd.trees import promql
 from diagnosd.trees.aliases import Aliases
+from diagnosd.trees.families import absent_notes, probes
 from diagnosd.trees.model import CheckNode, Compare, Text, Tree, walk
 
 Job = tuple[str, datetime]
@@ -66,7 +67,7 @@ class Evaluator:
         start = at - max(offsets.values(), default=timedelta(0)) - self.lookback
         spellings, notes = await self._spellings(texts.values(), start, at)
         matchers = self._matchers(tree, scope)
-        resolved = {key: self._resolve(text, spellings, matchers) for key, text in texts.items()}
+        resolved = {key: self._resolve(text, spellings, matchers, tree.target) for key, text in texts.items()}
         jobs = _jobs(resolved, offsets, at)
         answers = await self._run(jobs, tree.target)
         questions = _questions(tree, values, resolved, offsets, answers, at)
@@ -79,7 +80,9 @@ class Evaluator:
             for node, _ in walk(list(tree.nodes))
             if isinstance(node, CheckNode)
         }
-        results = tuple(diagnose_target(tree, key, questions, traffic, contexts) for key in targets)
+        explains = explanations(tree, values)
+        results = tuple(diagnose_target(tree, key, questions, traffic, contexts, explains) for key in targets)
+        notes.extend(_partial_notes(jobs, answers))
         return Diagnosis(
             symptom=tree.id,
             title=tree.title,
@@ -105,23 +108,34 @@ class Evaluator:
                 f"metric name discovery unsupported ({error.detail}); names used as written"
             ]
         spellings = {name: [v for v in variants if v in present] for name, variants in candidates.items()}
-        notes = [
-            f"metric absent on this Prometheus: {name} (tried {', '.join(candidates[name])})"
-            for name, found in spellings.items()
-            if not found
-        ]
-        return spellings, notes
+        # One note per exporter family none of whose names exists in any spelling (SGLang is not
+        # absent where vLLM is there); a single missing name shows on the checks that need it.
+        seen: set[str] = set()
+        if asked := probes(candidates, present):
+            try:
+                seen = set(await self.source.metric_names(asked, start, end))
+            except QueryRejected:
+                seen = set()
+        return spellings, absent_notes(candidates, present, seen=seen)
 
     def _matchers(self, tree: Tree, scope: Scope) -> list[ScopeMatcher]:
         # Lenient even for target labels: node_exporter series have no namespace, HPA series no pod,
         # and they still join into a pod's checks. Targets are filtered by the scope afterwards.
         return [ScopeMatcher(label, value, label in self.strict_labels) for label, value in scope.pairs]
 
-    def _resolve(self, text: str, spellings: Mapping[str, list[str]], matchers: list[ScopeMatcher]) -> Resolved:
+    def _resolve(
+        self, text: str, spellings: Mapping[str, list[str]], matchers: list[ScopeMatcher], target: Sequence[str] = ()
+    ) -> Resolved:
         names = promql.selector_names(promql.parse(text))
         absent = tuple(n for n in names if not spellings.get(n))
-        present = {n: spellings[n] for n in names if spellings.get(n)}
-        return Resolved(rewrite(text, present, matchers), absent, bool(names) and len(absent) == len(names))
+        # Newest spelling first: where a target has several, the rewrite keeps the first one's answer.
+        present = {n: self._newest_first(n, spellings[n]) for n in names if spellings.get(n)}
+        query = rewrite(text, present, matchers, target)
+        return Resolved(query, absent, bool(names) and len(absent) == len(names))
+
+    def _newest_first(self, name: str, found: list[str]) -> list[str]:
+        order = {spelling: rank for rank, spelling in enumerate(self.aliases.newest_first(name))}
+        return sorted(found, key=lambda s: order.get(s, len(order)))
 
     async def _run(self, jobs: set[Job], target: list[str]) -> dict[Job, Answer]:
         limit = asyncio.Semaphore(self.concurrency)
@@ -174,7 +188,20 @@ def _answer(samples: list[Sample], target: list[str]) -> Answer:
             by_target.setdefault(tuple(sample.labels[label] for label in target), []).append(sample)
         elif not any(label in sample.labels for label in target):
             everywhere.append(sample)
-    return Answer(by_target=by_target, everywhere=everywhere)
+    return Answer(by_target=by_target, everywhere=everywhere, warnings=warnings_of(samples))
+
+
+def _partial_notes(jobs: set[Job], answers: Mapping[Job, Answer]) -> list[str]:
+    """One note per warning of a partial answer: the diagnosis is then not complete."""
+    seen: dict[str, int] = {}
+    for job in sorted(jobs, key=lambda j: (j[1], j[0])):
+        for warning in answers[job].warnings:
+            seen[warning] = seen.get(warning, 0) + 1
+    return [
+        f"partial answer from the backend ({count} quer{'y' if count == 1 else 'ies'}): {warning}; "
+        "checks judged from it are never clear"
+        for warning, count in seen.items()
+    ]
 
 
 def _questions(

@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
+from functools import lru_cache
+
+import promql_parser as pp
 
 from diagnosd.errors import SourceError, SourceTimeout
 from diagnosd.findings.model import CheckResult, Evidence, NodeKind, Reason, Verdict
 from diagnosd.sources.base import Sample
+from diagnosd.trees import promql
 from diagnosd.trees.model import Compare, Text
 
 Key = tuple[str, ...]
@@ -26,6 +30,8 @@ class Answer:
     by_target: Mapping[Key, list[Sample]] = field(default_factory=dict)
     everywhere: list[Sample] = field(default_factory=list)
     error: SourceError | None = None
+    # The backend's warnings: the answer is partial (Thanos / Mimir with a store missing).
+    warnings: tuple[str, ...] = ()
 
     def samples(self, key: Key) -> list[Sample]:
         return self.by_target.get(key, []) or self.everywhere
@@ -62,6 +68,22 @@ class Judged:
 
 
 def judge(question: Question, key: Key, context: Mapping[str, float | None] | None = None) -> Judged:
+    judged = _judge(question, key, context)
+    warnings = question.now.warnings + (question.baseline.warnings if question.baseline is not None else ())
+    return _partial(judged, tuple(dict.fromkeys(warnings))) if warnings else judged
+
+
+def _partial(judged: Judged, warnings: tuple[str, ...]) -> Judged:
+    """A partial answer can show a problem, never rule one out: clear becomes unknown (partial)."""
+    said = "partial answer: " + "; ".join(warnings)
+    evidence = replace(judged.evidence, warnings=warnings) if judged.evidence is not None else None
+    if judged.verdict is Verdict.CLEAR:
+        return Judged(Verdict.UNKNOWN, Reason.PARTIAL, f"{said} (what it left out could change the verdict)", evidence)
+    detail = f"{judged.detail}; {said}" if judged.detail else said
+    return replace(judged, detail=detail, evidence=evidence)
+
+
+def _judge(question: Question, key: Key, context: Mapping[str, float | None] | None) -> Judged:
     evidence = Evidence(
         check=question.id,
         query=question.query,
@@ -72,7 +94,7 @@ def judge(question: Question, key: Key, context: Mapping[str, float | None] | No
         assumed=question.assumed,
         context=context or {},
     )
-    value, problem = _value(question, question.now, key)
+    value, problem = _value(question, question.now, key, current=True)
     if problem is not None:
         return Judged(Verdict.UNKNOWN, problem[0], problem[1], evidence)
     assert value is not None
@@ -91,12 +113,34 @@ def judge(question: Question, key: Key, context: Mapping[str, float | None] | No
 
 
 def _with(evidence: Evidence, **changes: object) -> Evidence:
-    from dataclasses import replace
-
     return replace(evidence, **changes)  # type: ignore[arg-type]
 
 
-def _value(question: Question, answer: Answer, key: Key) -> tuple[float | None, tuple[Reason, str] | None]:
+@lru_cache(maxsize=1024)
+def _quantile(query: str) -> bool:
+    """Whether the query is a histogram_quantile (or an `or` of them): its +Inf is a real value.
+
+    histogram_quantile answers +Inf when the quantile lies beyond the highest finite bucket: the
+    observations are larger than the histogram can say, which is a very large value, not 0/0.
+    """
+    try:
+        expr = promql.parse(query)
+    except ValueError:
+        return False
+
+    def only(node: pp.Expr) -> bool:
+        if isinstance(node, pp.ParenExpr):
+            return only(node.expr)
+        if isinstance(node, pp.BinaryExpr):
+            return str(node.op) == "or" and only(node.lhs) and only(node.rhs)
+        return isinstance(node, pp.Call) and node.func.name == "histogram_quantile"
+
+    return only(expr)
+
+
+def _value(
+    question: Question, answer: Answer, key: Key, *, current: bool = False
+) -> tuple[float | None, tuple[Reason, str] | None]:
     if answer.error is not None:
         reason = Reason.TIMEOUT if isinstance(answer.error, SourceTimeout) else Reason.QUERY_ERROR
         return None, (reason, answer.error.detail)
@@ -123,6 +167,16 @@ def _value(question: Question, answer: Answer, key: Key) -> tuple[float | None, 
     finite = [v for v in values if not math.isnan(v)]
     if not finite:
         return None, (Reason.ZERO_OVER_ZERO, "the query gave NaN (0/0, or no observations in the window)")
+    infinite = [v for v in finite if math.isinf(v)]
+    if infinite:
+        quantile = _quantile(question.query)
+        if quantile and current and all(v > 0 for v in infinite):
+            pass  # beyond the top bucket: a real, very large value (above: matched; below: clear)
+        elif quantile and all(v > 0 for v in infinite):
+            return None, (Reason.INFINITE, "the quantile lay beyond the histogram's top bucket (+Inf): no ratio to it")
+        else:
+            spelled = "+Inf" if infinite[0] > 0 else "-Inf"
+            return None, (Reason.INFINITE, f"the query gave {spelled} (division by zero), not a measurement")
     # Several series for one target (a query not aggregated to the target): judge the worst one.
     return (min(finite) if question.compare.operator.endswith("below") else max(finite)), None
 
@@ -152,6 +206,7 @@ def result(question: Question, judged: Judged, depth: int, parent: str | None, c
         detail=judged.detail,
         evidence=judged.evidence,
         cause=cause,
+        warnings=judged.evidence.warnings if judged.evidence is not None else (),
     )
 
 
@@ -159,6 +214,6 @@ def context_values(answers: Sequence[tuple[str, Answer]], key: Key) -> dict[str,
     out: dict[str, float | None] = {}
     for name, answer in answers:
         samples = [] if answer.error else answer.samples(key)
-        values = [s.value for s in samples if not math.isnan(s.value)]
+        values = [s.value for s in samples if math.isfinite(s.value)]
         out[name] = max(values) if values else None
     return out

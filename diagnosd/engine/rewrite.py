@@ -3,18 +3,40 @@
 Metric names become the spellings this Prometheus has; scope matchers are added to every vector
 selector. Scope values never pass through text substitution: each gets a placeholder in the AST,
 and the placeholder's quoted form is replaced by a PromQL string literal escaped here.
+
+A name with several present spellings (vLLM 0.9.2-0.11 exposes old and new names side by side; a
+client upgrade gives colon and underscore twins in one window) is never matched as one
+`{__name__=~"a|b"}` selector inside `rate()` or `sum`: that fails on duplicate label sets or
+counts the metric twice. Instead the smallest enclosing expression that holds one value per
+target is evaluated once per spelling, newest first, and joined with `or`, which keeps the first
+(newest) answer for every label set:
+
+    sum by (pod) (rate(x[5m]))  ->  sum by (pod) (rate(new[5m])) or sum by (pod) (rate(old[5m]))
+
+That expression grows from the selector through ranges, parentheses, unary minus, functions of
+that one selector (rate, label_replace, histogram_quantile over the buckets, ...) and aggregations
+that keep every target label. It stops at a binary operator (each operand is rewritten on its
+own), at a subquery (the choice is made at each step inside it), at `scalar()` and at an
+aggregation that drops a target label (a fleet-wide sum picks per series, so a fleet of mixed
+releases is still counted once each). `absent()` and `absent_over_time()` keep the one regex
+selector: a metric is absent only when every spelling is.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass
 
 import promql_parser as pp
 
 # Characters RE2 treats specially; everything else matches itself.
 REGEX_SPECIAL = set(r"\.+*?()|[]{}^$")
+# Functions over which the spellings are matched together by one regex selector.
+ABSENCE = frozenset({"absent", "absent_over_time"})
+# Functions the per-spelling choice does not climb past (their result is no vector to `or`).
+OPAQUE = frozenset({"scalar"}) | ABSENCE
+PICK = "__diagnosd_pick_{}__"
 
 
 @dataclass(frozen=True)
@@ -26,11 +48,21 @@ class ScopeMatcher:
     strict: bool
 
 
-def rewrite(text: str, names: Mapping[str, Sequence[str]], matchers: Sequence[ScopeMatcher]) -> str:
-    """`text` with names resolved (name -> present spellings) and the scope matchers added."""
+def rewrite(
+    text: str,
+    names: Mapping[str, Sequence[str]],
+    matchers: Sequence[ScopeMatcher],
+    target: Sequence[str] = (),
+) -> str:
+    """`text` with names resolved and the scope matchers added.
+
+    `names` maps a name to its present spellings, newest first; `target` lists the labels that
+    identify one target (aggregations keeping them all are evaluated per spelling).
+    """
     literals: dict[str, str] = {}
     for index, matcher in enumerate(matchers):
         literals[f"__diagnosd_scope_{index}__"] = _literal(matcher)
+    picks: dict[str, list[str]] = {}
 
     def visit(node: pp.Expr) -> pp.Expr | None:
         if not isinstance(node, pp.VectorSelector):
@@ -40,8 +72,9 @@ def rewrite(text: str, names: Mapping[str, Sequence[str]], matchers: Sequence[Sc
         if len(spellings) == 1:
             node.name = spellings[0]
         elif len(spellings) > 1:
-            node.name = None
-            extra.append(pp.Matcher(pp.MatchOp.Re, "__name__", "|".join(spellings)))
+            # A placeholder name for now, one per selector: `_split` decides how far to fan out.
+            node.name = PICK.format(len(picks))
+            picks[node.name] = spellings
         for index, matcher in enumerate(matchers):
             op = pp.MatchOp.Equal if matcher.strict else pp.MatchOp.Re
             extra.append(pp.Matcher(op, matcher.label, f"__diagnosd_scope_{index}__"))
@@ -49,10 +82,101 @@ def rewrite(text: str, names: Mapping[str, Sequence[str]], matchers: Sequence[Sc
         # promql-parser ignores a mutated node that is returned as is: hand back a fresh parse.
         return pp.parse(str(node))
 
-    out = str(pp.transform(pp.parse(text), pre_visit=visit))
+    expr = pp.transform(pp.parse(text), pre_visit=visit)
+    if picks:
+        expr = _split(expr, picks, frozenset(target))
+    out = str(expr)
     for placeholder, literal in literals.items():
         out = out.replace(f'"{placeholder}"', literal)
     return out
+
+
+def _split(expr: pp.Expr, picks: Mapping[str, list[str]], target: Set[str]) -> pp.Expr:
+    """Fan every placeholder selector out into its spellings (see the module docstring)."""
+    fan_out: dict[str, tuple[str, bool]] = {}  # printed subexpression -> (placeholder, parenthesise)
+    stack: list[pp.Expr] = []
+
+    def enter(node: pp.Expr) -> None:
+        stack.append(node)
+        if isinstance(node, pp.VectorSelector) and node.name is not None and node.name in picks:
+            placeholder = node.name
+            top = len(stack) - 1
+            while top > 0 and _climbs(stack[top - 1], target):
+                top -= 1
+            parent = stack[top - 1] if top > 0 else None
+            absence = isinstance(parent, pp.Call) and parent.func.name in ABSENCE
+            # Absence over all spellings, or a bare range (which cannot be `or`-ed): one regex
+            # selector, left as a placeholder here and matched as a union below.
+            if not (absence or isinstance(stack[top], pp.MatrixSelector)):
+                bare = parent is None or isinstance(parent, (pp.Call, pp.AggregateExpr, pp.ParenExpr))
+                fan_out[str(stack[top])] = (placeholder, not bare)
+
+    def leave(node: pp.Expr) -> None:
+        stack.pop()
+
+    pp.walk(expr, pre_visit=enter, post_visit=leave)
+
+    def replace(node: pp.Expr) -> pp.Expr | None:
+        plan = fan_out.get(str(node))
+        if plan is None:
+            return None
+        placeholder, parens = plan
+        alternatives = " or ".join(_respelled(str(node), placeholder, s) for s in picks[placeholder])
+        return pp.parse(f"({alternatives})" if parens else alternatives)
+
+    def leftover(node: pp.Expr) -> pp.Expr | None:
+        if isinstance(node, pp.VectorSelector) and node.name is not None and node.name in picks:
+            return _union(node, picks[node.name])
+        return None
+
+    # Whatever was not fanned out matches all its spellings in one regex selector.
+    return pp.transform(pp.transform(expr, post_visit=replace), post_visit=leftover)
+
+
+def _climbs(parent: pp.Expr, target: Set[str]) -> bool:
+    """Whether the per-spelling choice may move from a child up to `parent`."""
+    if _selectors(parent) != 1:
+        return False  # another metric in there: each operand on its own
+    if isinstance(parent, (pp.MatrixSelector, pp.ParenExpr, pp.UnaryExpr)):
+        return True
+    if isinstance(parent, pp.Call):
+        return parent.func.name not in OPAQUE
+    if isinstance(parent, pp.AggregateExpr):
+        modifier = parent.modifier
+        if modifier is None:
+            return False
+        if modifier.type == pp.AggModifierType.By:
+            return target <= set(modifier.labels)
+        return not target & set(modifier.labels)
+    return False
+
+
+def _selectors(expr: pp.Expr) -> int:
+    count = 0
+
+    def visit(node: pp.Expr) -> None:
+        nonlocal count
+        if isinstance(node, pp.VectorSelector):
+            count += 1
+
+    pp.walk(expr, pre_visit=visit)
+    return count
+
+
+def _respelled(text: str, placeholder: str, spelling: str) -> str:
+    def visit(node: pp.Expr) -> pp.Expr | None:
+        if isinstance(node, pp.VectorSelector) and node.name == placeholder:
+            node.name = spelling
+            return pp.parse(str(node))
+        return None
+
+    return str(pp.transform(pp.parse(text), pre_visit=visit))
+
+
+def _union(node: pp.VectorSelector, spellings: Sequence[str]) -> pp.Expr:
+    node.name = None
+    node.matchers = pp.Matchers([*node.matchers.matchers, pp.Matcher(pp.MatchOp.Re, "__name__", "|".join(spellings))])
+    return pp.parse(str(node))
 
 
 def _literal(matcher: ScopeMatcher) -> str:

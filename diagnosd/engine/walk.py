@@ -1,11 +1,17 @@
-"""Walks one target down a tree in seed order: verdicts per node, then ranked root causes."""
+"""Walks one target down a tree in seed order: verdicts per node, then causes ranked causally.
+
+A matched cause that another matched cause explains (the tree's `explains`) is a consequence,
+shown under its cause and never a root cause; the rest rank by severity, then by how specific
+(deep in the seed's drawing) their branch is, then by how far past its threshold the check is.
+"""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from diagnosd.engine import params as P
 from diagnosd.engine.judge import Answer, Judged, Key, Question, context_values, judge, result
 from diagnosd.findings.model import (
     CheckResult,
@@ -16,7 +22,11 @@ from diagnosd.findings.model import (
     TargetDiagnosis,
     Verdict,
 )
-from diagnosd.trees.model import AnyNode, CheckNode, GroupNode, ManualNode, Tree
+from diagnosd.trees.model import AnyNode, CheckNode, GroupNode, ManualNode, Severity, Tree, walk
+
+# cause -> the causes it explains, each with the slack its change must cover (None: no size check).
+Explanations = Mapping[str, Sequence[tuple[str, float | None]]]
+SEVERITY_ORDER = {Severity.CRITICAL: 0, Severity.WARNING: 1, Severity.INFO: 2}
 
 
 @dataclass
@@ -83,7 +93,7 @@ class _Walk:
         if not node.needs_traffic or self.traffic is None:
             return None
         answer, floor = self.traffic
-        values = [] if answer.error else [s.value for s in answer.samples(self.key) if not math.isnan(s.value)]
+        values = [] if answer.error else [s.value for s in answer.samples(self.key) if math.isfinite(s.value)]
         if not values:
             why = answer.error.detail if answer.error else "no traffic sample for this target"
             return Judged(Verdict.UNKNOWN, Reason.LOW_TRAFFIC, f"traffic unknown: {why}")
@@ -122,12 +132,82 @@ def _summary(verdicts: Sequence[Verdict]) -> Verdict:
     return Verdict.SKIPPED
 
 
+def explanations(tree: Tree, values: P.Params | None = None) -> dict[str, list[tuple[str, float | None]]]:
+    """The tree's `explains`, with every slack resolved against the params in force."""
+    resolved = values if values is not None else P.effective(tree, None)
+    out: dict[str, list[tuple[str, float | None]]] = {}
+    for node, _ in walk(list(tree.nodes)):
+        conclusion = getattr(node, "conclusion", None)
+        if conclusion is None or not conclusion.explains:
+            continue
+        out[conclusion.cause] = [
+            (e.cause, None if e.slack is None else P.number(e.slack, resolved)) for e in conclusion.explains
+        ]
+    return out
+
+
+def _rank_key(c: RootCause) -> tuple[int, int, float]:
+    return (SEVERITY_ORDER.get(c.severity, len(SEVERITY_ORDER)), -c.depth, -c.excess)
+
+
+def _change(c: RootCause) -> float | None:
+    """The change on the cause's branch (its own ratio check, else the nearest one above it) as a
+    factor >= 1: ×3 up and ÷3 down are both 3."""
+    ratios = [e for e in c.evidence if e.operator.startswith("ratio_")]
+    compared = ratios[-1].compared if ratios else None
+    if compared is None or math.isnan(compared) or compared <= 0:
+        return None
+    return compared if compared >= 1 else 1 / compared
+
+
+def _accounts_for(cause: RootCause, other: RootCause, slack: float | None) -> bool:
+    if slack is None:
+        return True
+    big, small = _change(cause), _change(other)
+    if big is None or small is None:
+        return False  # the sizes cannot be compared: the explanation is not established
+    return small <= big * slack
+
+
+def rank(causes: Sequence[RootCause], explains: Explanations) -> tuple[tuple[RootCause, ...], tuple[RootCause, ...]]:
+    """(root causes, consequences), each ranked; every cause carries what it explains and what explains it."""
+    matched = {c.cause: c for c in causes}
+    by: dict[str, list[str]] = {}
+    for cause in causes:
+        for name, slack in explains.get(cause.cause, ()):
+            other = matched.get(name)
+            if other is not None and name != cause.cause and _accounts_for(cause, other, slack):
+                by.setdefault(name, []).append(cause.cause)
+    built: dict[str, RootCause] = {}
+
+    def build(name: str, visiting: frozenset[str]) -> RootCause:
+        if name in built:
+            return built[name]
+        c = matched[name]
+        inside = visiting | {name}
+        direct = sorted((matched[x] for x, who in by.items() if name in who and x not in inside), key=_rank_key)
+        explainers = sorted((matched[w] for w in by.get(name, ())), key=_rank_key)
+        out = replace(
+            c,
+            explained_by=tuple(e.cause for e in explainers),
+            explains=tuple(build(d.cause, inside) for d in direct),
+        )
+        built[name] = out
+        return out
+
+    ordered = sorted(causes, key=_rank_key)
+    roots = tuple(build(c.cause, frozenset()) for c in ordered if c.cause not in by)
+    consequences = tuple(build(c.cause, frozenset()) for c in ordered if c.cause in by)
+    return roots, consequences
+
+
 def diagnose_target(
     tree: Tree,
     key: Key,
     questions: Mapping[str, Question],
     traffic: tuple[Answer, float] | None,
     contexts: Mapping[str, Sequence[tuple[str, Answer]]],
+    explains: Explanations | None = None,
 ) -> TargetDiagnosis:
     detect_q = questions["detect"]
     detected = judge(detect_q, key)
@@ -135,12 +215,17 @@ def diagnose_target(
     present = {Verdict.MATCHED: True, Verdict.CLEAR: False}.get(detected.verdict)
     state = _Walk(key, questions, traffic, contexts)
     state.nodes(tree.nodes, 1, None, True, ())
-    # A cause is only a cause of a symptom that is there (or that could not be ruled out).
-    causes = () if present is False else tuple(sorted(state.causes, key=lambda c: (-c.depth, -c.excess)))
+    roots, consequences = rank(state.causes, explanations(tree) if explains is None else explains)
+    # A cause is only a cause of a symptom that is there; where the symptom could not be
+    # established, the matched branches would explain it ("possible"), and nothing is raised.
+    if present is False:
+        roots, consequences = (), ()
     return TargetDiagnosis(
         labels=dict(zip(tree.target, key, strict=True)),
         symptom_present=present,
         detect=detect,
-        root_causes=causes,
+        root_causes=roots if present else (),
         checks=tuple(state.results),
+        consequences=consequences,
+        possible_causes=roots if present is None else (),
     )

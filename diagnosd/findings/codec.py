@@ -29,6 +29,9 @@ def encode_cause(c: RootCause) -> dict[str, Any]:
         "depth": c.depth,
         "excess": number(c.excess),
         "evidence": [encode_evidence(e) for e in c.evidence],
+        "explained_by": list(c.explained_by),
+        # The matched consequences this cause accounts for, each with its own evidence.
+        "explains": [encode_cause(x) for x in c.explains],
     }
 
 
@@ -43,6 +46,9 @@ def decode_cause(data: dict[str, Any]) -> RootCause:
         excess=_float(data["excess"]) or 0.0,
         evidence=tuple(decode_evidence(e) for e in data["evidence"]),
         caveat=Text(**data["caveat"]) if data.get("caveat") else None,
+        # Rows stored before causal ranking have neither key.
+        explained_by=tuple(data.get("explained_by") or ()),
+        explains=tuple(decode_cause(x) for x in data.get("explains") or ()),
     )
 
 
@@ -60,6 +66,7 @@ def encode_evidence(e: Evidence) -> dict[str, Any]:
         "unit": e.unit,
         "assumed": dict(e.assumed),
         "context": {k: number(v) for k, v in e.context.items()},
+        "warnings": list(e.warnings),
     }
 
 
@@ -75,6 +82,7 @@ def decode_evidence(data: dict[str, Any]) -> Evidence:
         unit=data.get("unit"),
         assumed=dict(data.get("assumed") or {}),
         context={k: _float(v) for k, v in (data.get("context") or {}).items()},
+        warnings=tuple(data.get("warnings") or ()),
     )
 
 

@@ -30,6 +30,10 @@ class Reason(StrEnum):
     LOW_TRAFFIC = "low_traffic"
     NO_BASELINE = "no_baseline"
     BAD_VALUE = "bad_value"
+    # The query gave +Inf or -Inf (a division by zero), not a measurement.
+    INFINITE = "infinite"
+    # The backend answered with warnings (a partial response): what it left out could clear nothing.
+    PARTIAL = "partial"
     PARENT_NOT_MATCHED = "parent_not_matched"
 
 
@@ -55,6 +59,8 @@ class Evidence:
     # Params no exporter publishes that this verdict relied on (name -> value used).
     assumed: Mapping[str, float | str] = field(default_factory=dict)
     context: Mapping[str, float | None] = field(default_factory=dict)
+    # Warnings the backend returned with the answers behind this verdict (a partial response).
+    warnings: tuple[str, ...] = ()
 
     @property
     def compared(self) -> float | None:
@@ -89,6 +95,8 @@ class CheckResult:
     evidence: Evidence | None = None
     guidance: Text | None = None
     cause: str | None = None
+    # Warnings of a partial answer this verdict was judged from (a clear verdict then becomes unknown).
+    warnings: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -99,11 +107,15 @@ class RootCause:
     remediation: tuple[Text, ...]
     check: str
     depth: int
-    # How far past its threshold (1.0 = at the threshold): ranks causes of equal depth.
+    # How far past its threshold (1.0 = at the threshold): the last tie-break of the ranking.
     excess: float
     # The branch taken, outermost check first, this cause's own check last.
     evidence: tuple[Evidence, ...]
     caveat: Text | None = None
+    # The matched causes that account for this one (empty for a root cause).
+    explained_by: tuple[str, ...] = ()
+    # The matched causes this one accounts for, each with its own evidence: shown under it.
+    explains: tuple[RootCause, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -111,8 +123,13 @@ class TargetDiagnosis:
     labels: Mapping[str, str]
     symptom_present: bool | None
     detect: CheckResult
+    # Matched causes no other matched cause explains, most likely first (only where the symptom holds).
     root_causes: tuple[RootCause, ...]
     checks: tuple[CheckResult, ...]
+    # Matched causes explained by another matched cause (each names it in `explained_by`).
+    consequences: tuple[RootCause, ...] = ()
+    # Where the symptom is unknown: what would explain it, ranked like root causes, never raised.
+    possible_causes: tuple[RootCause, ...] = ()
 
     def by_verdict(self, verdict: Verdict) -> tuple[CheckResult, ...]:
         return tuple(c for c in self.checks if c.verdict is verdict and c.kind is not NodeKind.GROUP)

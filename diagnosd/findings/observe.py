@@ -60,5 +60,5 @@ def _seen(node: CheckResult, checks: Mapping[str, CheckResult]) -> Observed:
         return Observed.UNKNOWN
     if current.verdict is Verdict.CLEAR:
         return Observed.CLEAR
-    # Matched yet not a root cause: only when the symptom itself is unknown and the walk ranked it out.
+    # Matched yet not a root cause: a possible cause (symptom unknown) or a consequence another cause explains.
     return Observed.UNKNOWN

@@ -31,7 +31,12 @@ def target(t: TargetDiagnosis) -> dict[str, Any]:
         "labels": dict(t.labels),
         "symptom_present": t.symptom_present,
         "detect": check(t.detect),
+        # Only causes no other matched cause explains; each lists what it explains under `explains`.
         "root_causes": [encode_cause(c) for c in t.root_causes],
+        # Matched causes explained by another (`explained_by`): shown under it, never root causes.
+        "consequences": [encode_cause(c) for c in t.consequences],
+        # Symptom unknown: what would explain it, symptom not established (never raised as findings).
+        "possible_causes": [encode_cause(c) for c in t.possible_causes],
         "checks": [check(c) for c in t.checks],
     }
 
@@ -53,4 +58,5 @@ def check(c: CheckResult) -> dict[str, Any]:
         "threshold": number(e.threshold) if e else None,
         "evidence": encode_evidence(e) if e else None,
         "guidance": text(c.guidance) if c.guidance else None,
+        "warnings": list(c.warnings),
     }

@@ -165,12 +165,33 @@ def _differences(t: TargetDiagnosis, want: Expectation) -> list[str]:
             f"symptom_present: want {want.symptom_present}, got {t.symptom_present} "
             f"({_explain(t.detect.verdict, t.detect.reason, t.detect.detail)})"
         )
+    if want.symptom_unknown and t.symptom_present is not None:
+        out.append(
+            f"symptom_present: want unknown, got {t.symptom_present} "
+            f"({_explain(t.detect.verdict, t.detect.reason, t.detect.detail)})"
+        )
     if want.top_cause is not None and (not causes or causes[0] != want.top_cause):
         out.append(f"top cause: want {want.top_cause}, got {causes[0] if causes else 'none'} (all: {causes})")
     out.extend(f"cause {c}: want present, missing (got {causes}); {_why(t, c)}" for c in want.causes if c not in causes)
     out.extend(f"cause {c}: must not appear, but did (got {causes})" for c in want.absent_causes if c in causes)
     if want.no_cause and causes:
         out.append(f"no cause wanted, got {causes}")
+    consequences = {c.cause: c for c in t.consequences}
+    for cause, by in want.explained.items():
+        found = consequences.get(cause)
+        if found is None:
+            where = "a root cause" if cause in causes else "not matched"
+            out.append(f"cause {cause}: want explained by {by}, but it is {where}; {_why(t, cause)}")
+            continue
+        missing = [b for b in by if b not in found.explained_by]
+        if missing:
+            out.append(f"cause {cause}: want explained by {by}, explained by {list(found.explained_by)}")
+    possible = [c.cause for c in t.possible_causes]
+    out.extend(
+        f"possible cause {c}: want listed, missing (got {possible}); {_why(t, c)}"
+        for c in want.possible_causes
+        if c not in possible
+    )
     for check_id, verdict in want.checks.items():
         if verdicts.get(check_id) != verdict:
             node = next((c for c in t.checks if c.id == check_id), None)

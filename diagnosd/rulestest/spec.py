@@ -17,11 +17,17 @@ class InputSeries(Strict):
 class Expectation(Strict):
     target: dict[str, str]
     symptom_present: bool | None = None
+    # The symptom could not be established (no baseline yet, a partial answer...): nothing is a root cause.
+    symptom_unknown: bool = False
     top_cause: str | None = None
     causes: list[str] = []
     absent_causes: list[str] = []
     no_cause: bool = False
     checks: dict[str, str] = {}
+    # cause -> the causes that must explain it: it is a consequence shown under them, not a root cause.
+    explained: dict[str, list[str]] = {}
+    # Symptom unknown: causes that must be listed as possible ("would explain it"), never as root causes.
+    possible_causes: list[str] = []
 
 
 class Case(Strict):

@@ -11,9 +11,10 @@ import argparse
 import math
 import sys
 import time
+import urllib.error
 from pathlib import Path
 
-from diagnosd.cli import EXIT_OK, EXIT_RULES, EXIT_USAGE, parse_time
+from diagnosd.cli import EXIT_INTERRUPTED, EXIT_OK, EXIT_RULES, EXIT_USAGE, parse_time
 from diagnosd.engine.params import duration
 from diagnosd.rulestest.server import ServerError
 from diagnosd.sim import demo, history, scenario
@@ -22,7 +23,6 @@ from diagnosd.sim.server import MetricsServer
 from diagnosd.sim.simulator import Simulator
 
 DEFAULT_SCENARIO = "kv_pool_full"
-EXIT_INTERRUPTED = 130
 DEFAULT_PORT = 8900
 NAMES = ("v1", "v0", "sglang", "underscore")
 
@@ -31,9 +31,11 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     simulate = commands.add_parser(
         "simulate", help="serve a simulated LLM-serving fleet's /metrics, or write its history"
     )
-    simulate.add_argument("--scenario", default="healthy", help="a name from --list, or a YAML file (default: healthy)")
+    simulate.add_argument(
+        "--scenario", default="healthy", metavar="NAME|FILE", help="a name from --list, or a YAML file"
+    )
     simulate.add_argument("--list", action="store_true", help="list the shipped scenarios and exit")
-    simulate.add_argument("--seed", type=int, default=0)
+    simulate.add_argument("--seed", type=int, default=0, help="random seed: one seed, one run")
     simulate.add_argument(
         "--anchor",
         type=parse_time,
@@ -41,13 +43,16 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "between --out and the live server to continue one run",
     )
     simulate.add_argument(
-        "--history", default="26h", help="how much past the model runs before the anchor (default 26h)"
+        "--history", default="26h", metavar="DURATION", help="how much past the model runs before the anchor"
     )
-    simulate.add_argument("--out", type=Path, help="write the history [anchor-history, anchor] as OpenMetrics and exit")
     simulate.add_argument(
-        "--host", default="127.0.0.1", help="listen address (default 127.0.0.1; 0.0.0.0 for fire drills)"
+        "--out",
+        type=Path,
+        metavar="FILE",
+        help="write the history [anchor-history, anchor] as OpenMetrics and exit",
     )
-    simulate.add_argument("--port", type=int, default=DEFAULT_PORT)
+    simulate.add_argument("--host", default="127.0.0.1", help="listen address (0.0.0.0 for fire drills)")
+    simulate.add_argument("--port", type=int, default=DEFAULT_PORT, help="listen port")
     simulate.add_argument(
         "--names",
         choices=NAMES,
@@ -56,13 +61,25 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     simulate.add_argument("--pods", type=int, help="engine pods per Deployment (default: the scenario's)")
     simulate.set_defaults(driver="diagnosd.sim.cli")
     show = commands.add_parser("demo", help="a simulated fleet, a local Prometheus and the diagnosis of its fault")
-    show.add_argument("--scenario", default=DEFAULT_SCENARIO, help=f"(default: {DEFAULT_SCENARIO})")
+    show.add_argument(
+        "--scenario",
+        default=DEFAULT_SCENARIO,
+        metavar="NAME|FILE",
+        help="a name from --list, or a YAML file; the healthy* ones expect no cause",
+    )
     show.add_argument("--list", action="store_true", help="list the scenarios with the symptom and cause each shows")
     show.add_argument("--once", action="store_true", help="exit after printing the diagnosis (headless)")
-    show.add_argument("--seed", type=int, default=0)
-    show.add_argument("--history", default="26h", help="history to backfill (default 26h: a day of baselines)")
-    show.add_argument("--lang", choices=("en", "zh"), default="en")
-    show.add_argument("--workdir", type=Path, help="keep the history, TSDB and Prometheus files here")
+    show.add_argument("--seed", type=int, default=0, help="random seed: one seed, one run")
+    show.add_argument(
+        "--history", default="26h", metavar="DURATION", help="history to backfill (a day and more gives baselines)"
+    )
+    show.add_argument("--lang", choices=("en", "zh"), default="en", help="language of the tree and its guidance")
+    show.add_argument(
+        "--workdir",
+        type=Path,
+        metavar="DIR",
+        help="keep the history, TSDB and Prometheus files here (default: a temporary directory, removed on exit)",
+    )
     show.set_defaults(driver="diagnosd.sim.cli")
 
 
@@ -75,10 +92,16 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _list(demo_view: bool) -> int:
+    """One scenario a line; columns as wide as their longest entry."""
+    rows = []
     for name in scenario.names():
         loaded = scenario.load(name)
-        shows = ", ".join(f"{e.symptom} → {'/'.join(e.causes)}" for e in loaded.expect) or "no symptom"
-        print(f"{name:<28} {loaded.title.en}" + (f"   [{shows}]" if demo_view else ""))
+        shows = ", ".join(f"{e.symptom} → {'/'.join(e.causes)}" for e in loaded.expect) or "no cause expected"
+        rows.append((name, loaded.title.en, shows))
+    names = max((len(row[0]) for row in rows), default=0)
+    titles = max((len(row[1]) for row in rows), default=0)
+    for name, title, shows in rows:
+        print(f"{name:<{names}}  {title:<{titles}}  [{shows}]" if demo_view else f"{name:<{names}}  {title}")
     return EXIT_OK
 
 
@@ -135,10 +158,10 @@ def _demo(args: argparse.Namespace) -> int:
         print(line)
     try:
         outcome = demo.run(loaded, options)
-    except ServerError as error:
+    except (ServerError, RuntimeError, TimeoutError, urllib.error.URLError) as error:
         print(f"diagnosd demo: {error}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
-        print("\ndiagnosd demo: interrupted; everything it started is stopped", file=sys.stderr)
+        print("\ndiagnosd demo: interrupted; everything it started is stopped, its files removed", file=sys.stderr)
         return EXIT_INTERRUPTED
     return EXIT_OK if outcome.found else EXIT_RULES

@@ -3,7 +3,9 @@
 Steps: write the history, backfill it with promtool, serve the live fleet on loopback, start
 Prometheus (1 s scrapes of the simulator), wait for its first scrape, start `diagnosd serve` on
 loopback, ask it `GET /diagnose/<symptom>` for the scenario's target and print the tree it
-answers. Every process started here is stopped here, on Ctrl-C or when `once` is set.
+answers. A scenario that expects nothing (the healthy fleets) has every symptom asked instead, and
+must show none. Every process started here is stopped, and the temporary directory removed, on
+every way out: the end of `once`, Ctrl-C, SIGTERM, an error.
 """
 
 from __future__ import annotations
@@ -28,7 +30,6 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from diagnosd.errors import ScenarioError
 from diagnosd.rulestest.server import LocalPrometheus, free_port, stop
 from diagnosd.sim import history
 from diagnosd.sim.backfill import backfill
@@ -54,15 +55,19 @@ class Options:
 
 @dataclass(frozen=True)
 class Outcome:
-    # The daemon's JSON answer (the DESIGN contract) and its text tree.
+    # The daemon's JSON answer (the DESIGN contract) and its text tree; for a scenario that expects
+    # nothing, {"diagnoses": [every symptom's answer]} and a board of them.
     diagnosis: dict[str, Any]
     text: str
     expected: str | None
+    # The scenario's promise held: its expected cause was found, or, expecting nothing, nothing was.
     found: bool
+    # What showed although nothing was expected: "symptom on labels: cause", one each.
+    unexpected: tuple[str, ...] = ()
 
     @property
     def causes(self) -> list[str]:
-        return [c["cause"] for t in self.diagnosis["targets"] for c in t["root_causes"]]
+        return [c["cause"] for t in self.diagnosis.get("targets", []) for c in t["root_causes"]]
 
 
 def scrape_config(port: int, interval: str = "1s") -> dict[str, object]:
@@ -78,8 +83,8 @@ def scrape_config(port: int, interval: str = "1s") -> dict[str, object]:
 
 def run(scenario: Scenario, options: Options, say: Say = print) -> Outcome:
     """The whole demo; returns once `options.once` (or after Ctrl-C)."""
-    symptom, target = focus(scenario)
-    with _workdir(options.workdir) as work:
+    focused = focus(scenario)
+    with _terminate_as_interrupt(), _workdir(options.workdir) as work:
         anchor = float(math.floor(time.time()))
         sim = Simulator(scenario, anchor=anchor, seed=options.seed, history=options.history)
         say(f"1/6 simulating {_hours(sim.history)} h of history for {len(sim.layout.pods)} engine pods ...")
@@ -100,10 +105,15 @@ def run(scenario: Scenario, options: Options, say: Say = print) -> Outcome:
             _wait_for_scrape(server, options.first_scrape_timeout)
             with daemon(work, prom.url, options) as url:
                 say(f"5/6 diagnosd serve at {url}")
-                labels = sim.layout.labels(target, {key: state.name for key, state in sim.pods.items()})
-                query = urllib.parse.urlencode({**labels, "lang": options.lang})
-                say(f"6/6 curl '{url}/diagnose/{symptom}?{query}&format=text'\n")
-                outcome = diagnose(url, symptom, labels, _expected(scenario, symptom, target), options)
+                if focused is None:
+                    say(f"6/6 every symptom, no cause expected: curl '{url}/diagnose/SYMPTOM?format=json'\n")
+                    outcome = sweep(url, options)
+                else:
+                    symptom, target = focused
+                    labels = sim.layout.labels(target, {key: state.name for key, state in sim.pods.items()})
+                    query = urllib.parse.urlencode({**labels, "lang": options.lang})
+                    say(f"6/6 curl '{url}/diagnose/{symptom}?{query}&format=text'\n")
+                    outcome = diagnose(url, symptom, labels, _expected(scenario, symptom, target), options)
                 say(outcome.text.rstrip("\n"))
                 say(_verdict(outcome))
                 if not options.once:
@@ -113,10 +123,10 @@ def run(scenario: Scenario, options: Options, say: Say = print) -> Outcome:
     return outcome
 
 
-def focus(scenario: Scenario) -> tuple[str, str]:
-    """The symptom and target the demo diagnoses: the scenario's first expectation."""
+def focus(scenario: Scenario) -> tuple[str, str] | None:
+    """The symptom and target the demo diagnoses: the scenario's first expectation (None: it has none)."""
     if not scenario.expect:
-        raise ScenarioError(scenario.name or "?", [])
+        return None
     first = scenario.expect[0]
     return first.symptom, first.target
 
@@ -135,6 +145,26 @@ def diagnose(url: str, symptom: str, labels: dict[str, str], expected: str | Non
     text = _get(f"{url}/diagnose/{symptom}?{scope}&format=text&lang={options.lang}")
     causes = [c["cause"] for t in answer["targets"] for c in t["root_causes"]]
     return Outcome(answer, text, expected, expected is None or expected in causes)
+
+
+def sweep(url: str, options: Options) -> Outcome:
+    """Every symptom the daemon knows, over the whole fleet: a board, and whatever showed."""
+    symptoms = [item["id"] for item in json.loads(_get(f"{url}/symptoms"))]
+    answers = [json.loads(_get(f"{url}/diagnose/{symptom}?format=json")) for symptom in symptoms]
+    width = max((len(symptom) for symptom in symptoms), default=0)
+    lines, unexpected = [], []
+    for answer in answers:
+        targets = answer["targets"]
+        shown = [t for t in targets if t["symptom_present"] or t["root_causes"]]
+        title = answer["title"].get(options.lang, answer["title"]["en"])
+        for target in shown:
+            where = ",".join(f"{k}={v}" for k, v in target["labels"].items()) or "the fleet"
+            causes = "/".join(c["cause"] for c in target["root_causes"]) or "no cause found"
+            unexpected.append(f"{answer['symptom']} on {where}: {causes}")
+        looked = f"{len(targets)} target{'' if len(targets) == 1 else 's'}"
+        state = f"SYMPTOM PRESENT on {len(shown)} of {looked}" if shown else f"no symptom on {looked}"
+        lines.append(f"{'▲' if shown else '·'} {answer['symptom']:<{width}}  {state:<34} {title}")
+    return Outcome({"diagnoses": answers}, "\n".join(lines) + "\n", None, not unexpected, tuple(unexpected))
 
 
 @contextmanager
@@ -175,7 +205,9 @@ def _get(url: str) -> str:
 
 def _verdict(outcome: Outcome) -> str:
     if outcome.expected is None:
-        return "\n(no root cause expected in this scenario)"
+        if outcome.found:
+            return "\nno cause expected, none found"
+        return "\nno cause expected, but found:\n" + "\n".join(f"  {item}" for item in outcome.unexpected)
     causes = outcome.causes
     if outcome.found:
         rank = causes.index(outcome.expected) + 1
@@ -208,6 +240,23 @@ def wait_for_interrupt() -> None:
 
 
 @contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM unwinds the demo like Ctrl-C does, so that it too stops everything and cleans up."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@contextmanager
 def _workdir(given: Path | None) -> Iterator[Path]:
     if given is not None:
         given.mkdir(parents=True, exist_ok=True)
@@ -226,7 +275,7 @@ def _hours(seconds: float) -> str:
 
 def describe(scenario: Scenario) -> list[str]:
     """The scenario's faults, one line each: where, from when, what."""
-    lines = []
+    lines = [] if scenario.faults else ["  no fault injected: every symptom is asked, and none should show"]
     for fault in scenario.faults:
         until = f" to {fault.end}" if fault.end else ""
         lines.append(f"  fault on {fault.target} from {fault.start}{until}: {fault.what}")

@@ -3,9 +3,10 @@
 Every scenario's history (only the metrics the trees in question read) goes into one TSDB with
 a `diagnosd_scenario` label that the evaluator treats as a strict scope label, so scenarios share
 one time frame without seeing each other. Each expectation is then diagnosed through the real
-rules at the anchor: its causes must be root causes of its target, and, unless the scenario says
-otherwise, no other target of that symptom may show the symptom. A scenario that expects nothing
-(a healthy fleet) must show no symptom in any tree.
+rules at the anchor: its first cause must be a root cause of its target and the others shown
+(root causes, or consequences under one), and, unless the scenario says otherwise, no other
+target of that symptom may show the symptom. A scenario that expects nothing (a healthy fleet)
+must show no symptom in any tree.
 """
 
 from __future__ import annotations
@@ -153,7 +154,11 @@ def judge(scenario: Scenario, tree: Tree, diagnosis: Diagnosis, at: float) -> li
             finding.problems.append(f"{_name(labels)} not diagnosed (targets: {seen})")
         else:
             finding.causes = [c.cause for c in target.root_causes]
-            missing = [c for c in expectation.causes if c not in finding.causes]
+            # The first cause is the scenario's own: a root cause. The others must be shown, as
+            # root causes or as consequences under one (a cause another matched cause explains).
+            shown = finding.causes + [c.cause for c in target.consequences]
+            missing = [c for c in expectation.causes[:1] if c not in finding.causes]
+            missing += [c for c in expectation.causes[1:] if c not in shown]
             if missing:
                 finding.problems.append(_explain(target, missing))
         if expectation.isolated:

@@ -1,8 +1,9 @@
 """Prometheus alerting rules from the trees' `detect` conditions, each labelled with its symptom.
 
 Loaded into Prometheus, they make Alertmanager call diagnosd's webhook with `symptom=<id>`; the
-scheduler does the same watching from inside diagnosd. Every metric name matches all its known
-spellings (colon/underscore, renames), and a baseline becomes `offset` on every selector.
+scheduler does the same watching from inside diagnosd. Every metric name is evaluated in each of
+its known spellings (colon/underscore, renames) and the newest present one wins per target, as in
+a diagnosis (diagnosd.engine.rewrite); a baseline becomes `offset` on every selector.
 """
 
 from __future__ import annotations
@@ -29,8 +30,8 @@ def alert_name(tree: Tree) -> str:
 def expression(tree: Tree, aliases: Aliases) -> str:
     values = {name: p.default for name, p in tree.params.items()}
     text = promql.substitute(tree.detect.query, values, tree.target)
-    names = {n: list(aliases.variants(n)) for n in promql.selector_names(promql.parse(text))}
-    query = rewrite(text, names, [])
+    names = {n: list(aliases.newest_first(n)) for n in promql.selector_names(promql.parse(text))}
+    query = rewrite(text, names, [], tree.target)
     compare = tree.detect.compare
     threshold = promql.render_value(_number(compare, values))
     op = SYMBOLS[compare.operator]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
@@ -16,11 +16,33 @@ class Sample:
     value: float
 
 
+class Samples(list[Sample]):
+    """An instant vector with the warnings the backend sent beside it.
+
+    Prometheus, Thanos Querier and Mimir answer `"status": "success"` with `warnings` when the
+    answer is partial (a store or an ingester did not respond): the samples are then a lower
+    bound of the truth, never the whole of it. A plain list means no warnings.
+    """
+
+    warnings: tuple[str, ...]
+
+    def __init__(self, samples: Iterable[Sample] = (), warnings: Iterable[str] = ()) -> None:
+        super().__init__(samples)
+        self.warnings = tuple(warnings)
+
+
+def warnings_of(samples: list[Sample]) -> tuple[str, ...]:
+    """The warnings a query answer came with (none for a plain list)."""
+    return samples.warnings if isinstance(samples, Samples) else ()
+
+
 class QuerySource(Protocol):
     """What the engine needs from Prometheus, Thanos, Mimir or VictoriaMetrics."""
 
     async def query(self, promql: str, at: datetime) -> list[Sample]:
-        """Evaluate an instant query at `at`. Raises diagnosd.errors.SourceError."""
+        """Evaluate an instant query at `at`; a partial answer is `Samples` with its warnings.
+
+        Raises diagnosd.errors.SourceError."""
         ...
 
     async def metric_names(self, candidates: Collection[str], start: datetime, end: datetime) -> set[str]:

@@ -22,9 +22,12 @@ from diagnosd.errors import (
     SourceTimeout,
     SourceUnavailable,
 )
-from diagnosd.sources.base import Sample
+from diagnosd.sources.base import Sample, Samples
+from diagnosd.urls import redact, scrub
 
 RETRYABLE_STATUS = {429, 502, 503, 504}
+# Where a success body's `warnings` travel from the HTTP layer to the samples.
+WARNINGS = "__diagnosd_warnings__"
 
 
 @dataclass(frozen=True)
@@ -105,12 +108,14 @@ class PrometheusSource:
             ) from error
         except httpx.TransportError as error:
             raise SourceUnavailable(
-                f"cannot reach Prometheus: {error or type(error).__name__}", url=url, query=promql
+                f"cannot reach Prometheus: {scrub(str(error), self.config.url) or type(error).__name__}",
+                url=url,
+                query=promql,
             ) from error
         return _payload(response, url, promql)
 
     def _url(self, path: str) -> str:
-        return self.config.url.rstrip("/") + path
+        return redact(self.config.url.rstrip("/") + path)
 
 
 class _Retryable(Exception):
@@ -136,7 +141,12 @@ def _payload(response: httpx.Response, url: str, promql: str | None) -> Any:
         )
         raise _Retryable(error) if response.status_code in RETRYABLE_STATUS else error
     if body.get("status") == "success" and response.status_code < 400:
-        return body.get("data")
+        data = body.get("data")
+        warnings = _warnings(body)
+        if warnings and isinstance(data, dict):
+            # A partial answer (Thanos / Mimir with a store or ingester missing): keep its warnings.
+            data = {**data, WARNINGS: warnings}
+        return data
     kind, message = body.get("errorType", "unknown"), body.get("error", "no error message")
     text = f"HTTP {response.status_code} {kind}: {message}"
     if kind == "timeout":
@@ -155,13 +165,22 @@ def _samples(data: Any, url: str, promql: str) -> list[Sample]:
     if not isinstance(result, list):
         raise SourceProtocolError(f"{kind} result is not a list", url=url, query=promql)
     try:
+        warnings = data.get(WARNINGS, ())
         if kind == "vector":
-            return [Sample(dict(item["metric"]), _number(item["value"][1])) for item in result]
+            return Samples((Sample(dict(item["metric"]), _number(item["value"][1])) for item in result), warnings)
         if kind == "scalar":
-            return [Sample({}, _number(result[1]))]
+            return Samples([Sample({}, _number(result[1]))], warnings)
     except (KeyError, IndexError, TypeError, ValueError) as error:
         raise SourceProtocolError(f"malformed {kind} result: {error}", url=url, query=promql) from error
     raise SourceProtocolError(f"instant query returned {kind!r}, expected a vector", url=url, query=promql)
+
+
+def _warnings(body: dict[str, Any]) -> tuple[str, ...]:
+    """The response's `warnings`, without PromQL's informational notes (`PromQL info: ...`)."""
+    raw = body.get("warnings")
+    if not isinstance(raw, list):
+        return ()
+    return tuple(str(w) for w in raw if not str(w).startswith("PromQL info:"))
 
 
 def _number(text: Any) -> float:

@@ -46,6 +46,11 @@ class Aliases:
                 with_twins.append(candidate.replace(":", "_"))
         return tuple(dict.fromkeys(with_twins))
 
+    def newest_first(self, name: str) -> tuple[str, ...]:
+        """The same spellings as `variants`, newest first: the group's order in metrics.yaml, each
+        name followed by its underscore twin. Where several are present, the first one wins."""
+        return self.variants(self._group.get(name, (name,))[0])
+
 
 def load_aliases(rules_dir: Path) -> Aliases:
     path = rules_dir / ALIASES_FILE

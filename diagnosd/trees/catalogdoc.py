@@ -10,7 +10,7 @@ HEADER = """# Catalog coverage
 
 Generated from `rules/` by `diagnosd rules catalog --out docs/catalog.md`; a test fails when this
 file is stale. **Decided from data**: a check with a query (basis metric, config or derived).
-**Manual**: a check left to a person, with the seed's guidance. Kinds are CATALOG.md's: M metric,
+**Manual**: a check left to a person, with the seed's guidance. Kinds: M metric,
 C config-info, D derived, H human.
 """
 

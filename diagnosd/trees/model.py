@@ -10,7 +10,7 @@ import re
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
 
 ID_PATTERN = r"^[a-z][a-z0-9_]*$"
 LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
@@ -92,6 +92,17 @@ class Compare(Strict):
 OPERATORS = ("above", "below", "ratio_above", "ratio_below", "delta_above", "delta_below")
 
 
+class Explains(Strict):
+    """Another cause of the tree that this conclusion accounts for when both matched.
+
+    With `slack`, only while the explained change is no bigger than this one's times `slack`
+    (both checks compare ratios to a baseline): prompts ×3 explain prefill work up to ×3·slack.
+    """
+
+    cause: Id
+    slack: Number | None = None
+
+
 class Conclusion(Strict):
     cause: Id
     title: Text
@@ -99,6 +110,16 @@ class Conclusion(Strict):
     severity: Severity = Severity.WARNING
     # Required for derived checks: what the inference cannot see, said in every finding.
     caveat: Text | None = None
+    # Causes this one explains: matched together, they are shown under it as consequences.
+    # A cause id, or {cause: id, slack: number} to require that this change is large enough.
+    explains: list[Explains] = []
+
+    @field_validator("explains", mode="before")
+    @classmethod
+    def _ids_as_items(cls, value: Any) -> Any:
+        if isinstance(value, list):
+            return [{"cause": item} if isinstance(item, str) else item for item in value]
+        return value
 
 
 class Context(Strict):

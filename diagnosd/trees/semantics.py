@@ -40,6 +40,7 @@ def check_tree(tree: Tree, stem: str, catalog: Catalog | None) -> Found:
     for loc, node in node_locations(tree):
         if isinstance(node, CheckNode):
             yield from _check_check(tree, loc, node, params)
+    yield from _check_explains(tree)
     if catalog is not None:
         yield from _check_against_catalog(tree, catalog)
 
@@ -82,6 +83,88 @@ def _check_ids(tree: Tree) -> Found:
             if conclusion.cause in causes:
                 yield (*loc, "conclusion", "cause"), f"cause {conclusion.cause!r} is concluded twice in this tree"
             causes[conclusion.cause] = loc
+
+
+def _check_explains(tree: Tree) -> Found:
+    """`explains` names other causes of this tree, only from checks, with ratio checks under `slack`,
+    and never in a circle (a cause that explains itself, however indirectly, explains nothing)."""
+    concluding: dict[str, AnyNode] = {}
+    # Whether a node's branch (the node or a check above it) compares a ratio: what `slack` sizes.
+    ratio_branch: dict[str, bool] = {}
+    for loc, node in node_locations(tree):
+        conclusion = getattr(node, "conclusion", None)
+        if conclusion is not None:
+            concluding.setdefault(conclusion.cause, node)
+        parent = ratio_branch.get(_parent_id(tree, loc) or "", False)
+        ratio_branch[node.id] = parent or (isinstance(node, CheckNode) and node.compare.operator.startswith("ratio_"))
+    edges: dict[str, list[str]] = {}
+    for loc, node in node_locations(tree):
+        conclusion = getattr(node, "conclusion", None)
+        if conclusion is None or not conclusion.explains:
+            continue
+        at = (*loc, "conclusion", "explains")
+        if not isinstance(node, CheckNode):
+            yield at, "only a check's conclusion can explain other causes: a manual node never matches"
+            continue
+        seen: set[str] = set()
+        for index, item in enumerate(conclusion.explains):
+            if item.cause == conclusion.cause:
+                yield (*at, index, "cause"), f"cause {item.cause!r} cannot explain itself"
+                continue
+            if item.cause in seen:
+                yield (*at, index, "cause"), f"cause {item.cause!r} is listed twice"
+                continue
+            seen.add(item.cause)
+            other = concluding.get(item.cause)
+            if other is None:
+                known = ", ".join(sorted(concluding))
+                yield (*at, index, "cause"), f"no node of this tree concludes {item.cause!r} (causes: {known})"
+                continue
+            edges.setdefault(conclusion.cause, []).append(item.cause)
+            if item.slack is None:
+                continue
+            yield from _check_number(tree, (*at, index, "slack"), item.slack)
+            if not isinstance(item.slack, str) and item.slack < 1:
+                yield (*at, index, "slack"), f"slack {item.slack:g} must be at least 1"
+            lacking = [c for c, n in ((conclusion.cause, node), (item.cause, other)) if not ratio_branch.get(n.id)]
+            if lacking:
+                yield (
+                    (*at, index, "slack"),
+                    "slack compares two changes against their baselines: "
+                    f"{' and '.join(repr(c) for c in lacking)} has no ratio_above / ratio_below check on its branch",
+                )
+    yield from _check_cycles(edges)
+
+
+def _parent_id(tree: Tree, loc: Loc) -> str | None:
+    if len(loc) < 4:
+        return None
+    node: AnyNode = tree.nodes[int(loc[1])]
+    for index in loc[3:-2:2]:
+        node = node.children[int(index)]
+    return node.id
+
+
+def _check_cycles(edges: Mapping[str, list[str]]) -> Found:
+    done: set[str] = set()
+
+    def visit(cause: str, path: list[str]) -> Iterator[str]:
+        if cause in path:
+            yield " → ".join([*path[path.index(cause) :], cause])
+            return
+        if cause in done:
+            return
+        for nxt in edges.get(cause, []):
+            yield from visit(nxt, [*path, cause])
+        done.add(cause)
+
+    reported: set[frozenset[str]] = set()
+    for start in edges:
+        for cycle in visit(start, []):
+            key = frozenset(cycle.split(" → "))
+            if key not in reported:
+                reported.add(key)
+                yield ("nodes",), f"explanations go in a circle: {cycle}"
 
 
 def _check_check(tree: Tree, loc: Loc, node: CheckNode, params: Mapping[str, float | str]) -> Found:

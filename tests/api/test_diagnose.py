@@ -43,10 +43,21 @@ async def test_scope_narrows_to_one_pod_and_text_shows_the_tree(prometheus_url: 
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/plain")
     text = response.text
-    assert "namespace=prod pod=vllm-0 — SYMPTOM PRESENT" in text
+    assert "namespace=prod pod=vllm-0 — 症状存在" in text
     assert "vllm-1" not in text
     assert "▲ 检查 KV Cache 使用率" in text
-    assert "1. kv_pool_full [warning] KV 池子快满" in text
+    assert "1. kv_pool_full [严重程度：警告] KV 池子快满" in text
+
+
+async def test_fleet_text_collapses_clear_targets_unless_verbose(prometheus_url: str, tmp_path: Path) -> None:
+    params = {"namespace": "prod", "at": str(AT.timestamp()), "format": "text"}
+    async with serve(build(settings(prometheus_url, tmp_path))) as (client, _):
+        brief = (await client.get("/diagnose/queue_backlog", params=params)).text
+        full = (await client.get("/diagnose/queue_backlog", params={**params, "verbose": "true"})).text
+    assert "2 of 3 targets have the symptom, 1 does not, 0 unknown" in brief
+    assert "  · namespace=prod pod=vllm-1  " in brief  # one line, with the detect's value
+    assert "namespace=prod pod=vllm-1 — symptom not present" not in brief
+    assert "namespace=prod pod=vllm-1 — symptom not present" in full  # verbose is no scope label
 
 
 async def test_match_parameter_scopes_a_label_named_like_a_reserved_word(prometheus_url: str, tmp_path: Path) -> None:

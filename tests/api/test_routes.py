@@ -10,6 +10,7 @@ from tests.serving import TOKEN, build, sample, serve, settings
 
 OPERATIONS = {
     ("get", "/diagnose/{symptom}"): "diagnose",
+    ("get", "/triage"): "triage",
     ("get", "/symptoms"): "listSymptoms",
     ("get", "/symptoms/{symptom}"): "getSymptom",
     ("get", "/findings"): "listFindings",
@@ -109,6 +110,7 @@ async def test_readyz_and_healthz(fleet_url: str, tmp_path: Path) -> None:
         ("/metrics", f"Bearer {TOKEN}", 200),
         ("/diagnose/queue_backlog", None, 401),
         ("/diagnose/nope", None, 401),  # no symptom list without a token
+        ("/triage", None, 401),
         ("/healthz", None, 200),
         ("/readyz", None, 200),
         ("/openapi.json", None, 200),

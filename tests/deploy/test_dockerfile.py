@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from diagnosd import __version__, cli, runtime
+from diagnosd import __version__, cli
 from diagnosd.settings import ServerSettings, StoreSettings
 from diagnosd.settings_loader import env_names
+from diagnosd.trees import location
 from tests.conftest import REPO
 from tests.deploy import chart, dockerfile
 
@@ -62,33 +63,45 @@ def test_the_package_is_installed_from_a_wheel_without_dev_extras() -> None:
 
 def test_the_wheel_carries_every_module_and_data_file() -> None:
     """The image runs the installed wheel, not the checkout: every module must be found, every file shipped."""
-    setuptools = pytest.importorskip("setuptools", reason="setuptools discovers the packages the wheel holds")
     config = PYPROJECT["tool"]["setuptools"]
-    find = config["packages"]["find"]
-    # pyproject's [tool.setuptools.packages.find] discovers namespace packages unless told not to.
-    discover = setuptools.find_namespace_packages if find.get("namespaces", True) else setuptools.find_packages
-    packages = set(discover(where=str(REPO), include=find["include"]))
-    package = REPO / "diagnosd"
-    for path in package.rglob("*.py"):
+    packages = set(config["packages"])
+    mapped = config.get("package-dir", {})
+
+    def directory(package: str) -> Path:
+        return REPO / mapped.get(package, package.replace(".", "/"))
+
+    assert mapped == {"diagnosd.rules": "rules"}, "the trees are one copy: rules/, shipped as diagnosd.rules"
+    for package in sorted(packages):
+        assert directory(package).is_dir(), f"{package}: listed in pyproject.toml, no directory {directory(package)}"
+    for path in (REPO / "diagnosd").rglob("*.py"):
         dotted = ".".join(path.parent.relative_to(REPO).parts)
-        assert dotted in packages, f"{path}: its package {dotted} is left out of the wheel"
+        assert dotted in packages, (
+            f"{path}: its package {dotted} is not listed in pyproject.toml, left out of the wheel"
+        )
     patterns = config["package-data"]["*"]
-    for path in package.rglob("*"):
-        if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".py":
-            assert any(path.match(p) for p in patterns), f"{path}: not in package-data, left out of the wheel"
+    for package in packages:
+        for path in directory(package).iterdir():
+            if path.is_file() and path.suffix != ".py":
+                assert any(path.match(p) for p in patterns), f"{path}: not in package-data, left out of the wheel"
+    assert list(directory("diagnosd.rules").glob("*.test.yaml")), "the series tests ship beside the trees"
 
 
-def test_rules_are_copied_where_diagnosd_rules_dir_points(monkeypatch: pytest.MonkeyPatch) -> None:
-    env = final().env()
-    rules = next(c for c in final().copies() if c.sources == ["rules/"])
-    assert env[runtime.RULES_ENV] == rules.destination.rstrip("/")
-    monkeypatch.setenv(runtime.RULES_ENV, env[runtime.RULES_ENV])
-    assert runtime.default_rules_dir() == Path(rules.destination)
+def test_the_build_stage_copies_every_directory_the_wheel_is_made_of() -> None:
+    copied = {source.rstrip("/") for s in dockerfile.stages()[:-1] for c in s.copies() for source in c.sources}
+    config = PYPROJECT["tool"]["setuptools"]
+    roots = {package.split(".")[0] for package in config["packages"]} | set(config["package-dir"].values())
+    assert roots | {"pyproject.toml", "README.md"} <= copied
+
+
+def test_the_image_uses_the_trees_its_wheel_carries() -> None:
+    """No second copy of rules/ in the image and no DIAGNOSD_RULES_DIR: the installed package finds its trees."""
+    assert all(c.stage is not None for c in final().copies()), "the runtime stage copies from the build stage only"
+    assert location.RULES_ENV not in final().env()
+    assert "/opt/diagnosd/rules" not in dockerfile.DOCKERFILE.read_text()
 
 
 def test_image_environment_names_are_settings() -> None:
     names = [n for s in dockerfile.stages() for n in s.env() if n.startswith("DIAGNOSD_")]
-    assert names
     known = env_names()
     assert [n for n in names if n not in known] == []
     # Variables win over the settings file: the image must not pin what a file should still set.
@@ -144,7 +157,7 @@ def test_oci_labels() -> None:
             labels[name] = value
     for key in ("title", "description", "version", "revision", "licenses", "base.name"):
         assert f"org.opencontainers.image.{key}" in labels, key
-    assert labels["org.opencontainers.image.licenses"] == PYPROJECT["project"]["license"]["text"]
+    assert labels["org.opencontainers.image.licenses"] == PYPROJECT["project"]["license"]
     version = next(i.text for i in final().all("ARG") if i.text.startswith("VERSION="))
     assert version == f"VERSION={__version__}" == f"VERSION={chart.metadata()['appVersion']}"
 

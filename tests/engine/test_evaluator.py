@@ -108,10 +108,25 @@ async def test_metric_absent_is_told_apart_from_no_data_and_noted() -> None:
     diagnosis = await run(tree, source)
     (result,) = diagnosis.targets[0].checks
     assert (result.verdict, result.reason) == (Verdict.UNKNOWN, Reason.METRIC_ABSENT)
-    assert diagnosis.notes == (
-        "metric absent on this Prometheus: vllm:kv_cache_usage_perc "
-        "(tried vllm:kv_cache_usage_perc, vllm_kv_cache_usage_perc)",
-    )
+    (note,) = diagnosis.notes  # one line for the whole family, with how to get it
+    assert note.startswith("no vLLM metrics on this Prometheus (this tree reads 1: vllm:kv_cache_usage_perc)")
+    assert "/metrics" in note
+
+
+async def test_absent_notes_name_a_family_once_and_never_an_engine_alternative() -> None:
+    query = "vllm:num_requests_running or sglang:num_running_reqs or vllm:kv_cache_usage_perc"
+    tree = make_tree(check("a", query, {"above": 0.9}), check("b", "DCGM_FI_DEV_GPU_UTIL or DCGM_X", {"above": 1}))
+    source = FakeSource({"waiting": samples({"p": 20}), "vllm:num_requests_running": samples({"p": 1})})
+    notes = (await run(tree, source)).notes
+    assert not any("SGLang" in n or "vLLM" in n for n in notes)  # vLLM is there: SGLang is not missing
+    (dcgm,) = notes
+    assert dcgm.startswith("no dcgm-exporter metrics on this Prometheus (this tree reads 2: ")
+
+
+async def test_a_scraped_exporter_lacking_one_name_is_no_absent_family() -> None:
+    tree = make_tree(check("a", "sglang:startup_time_seconds", {"above": 60}))
+    source = FakeSource({"waiting": samples({"p": 20})}, present={"waiting", "sglang:num_running_reqs"})
+    assert (await run(tree, source)).notes == ()  # the check itself says which name is missing
 
 
 async def test_underscore_spelling_is_found_and_queried() -> None:
@@ -164,12 +179,13 @@ async def test_no_symptom_means_no_cause_even_if_a_check_matches() -> None:
     assert target.root_causes == ()
 
 
-async def test_unknown_symptom_state_keeps_causes() -> None:
+async def test_unknown_symptom_lists_possible_causes_never_root_causes() -> None:
     tree = make_tree(check("a", "kv", {"above": 0.9}, conclusion=conclusion("kv_full")))
     source = FakeSource({"waiting": [Sample({"namespace": "prod", "pod": "p"}, math.nan)], "kv": samples({"p": 1})})
     target = (await run(tree, source)).targets[0]
     assert target.symptom_present is None
-    assert [c.cause for c in target.root_causes] == ["kv_full"]
+    assert target.root_causes == ()
+    assert [c.cause for c in target.possible_causes] == ["kv_full"]
 
 
 async def test_absent_as_zero_only_when_the_metric_exists() -> None:

@@ -45,3 +45,30 @@ def test_tree_without_tests_is_a_failure(tmp_path: Path) -> None:
     (rules / "queue_backlog.test.yaml").unlink()
     (result,) = collect(rules)
     assert result.failures == ["no test file queue_backlog.test.yaml: every tree ships with its tests"]
+
+
+def test_explained_and_possible_expectations_are_checked() -> None:
+    from dataclasses import replace
+
+    from diagnosd.findings.model import Verdict
+    from diagnosd.rulestest.runner import check
+    from diagnosd.rulestest.spec import Expectation
+    from tests.findings.builders import cause, diagnosis, target
+    from tests.findings.builders import check as result
+
+    consequence = replace(cause("batch_too_large"), explained_by=("prompt_inflation",))
+    present = replace(
+        target("vllm-0", True, [result("batch_too_large", Verdict.MATCHED, 2.0, "batch_too_large")]),
+        root_causes=(replace(cause("prompt_inflation"), explains=(consequence,)),),
+        consequences=(consequence,),
+    )
+    where = {"namespace": "prod", "pod": "vllm-0"}
+    ok = Expectation(target=where, explained={"batch_too_large": ["prompt_inflation"]})
+    assert check(diagnosis(present), ok) == []
+    wrong = Expectation(target=where, explained={"prompt_inflation": ["batch_too_large"]}, symptom_unknown=True)
+    found = check(diagnosis(present), wrong)
+    assert any("want explained by ['batch_too_large'], but it is a root cause" in f for f in found)
+    assert any("symptom_present: want unknown, got True" in f for f in found)
+    unknown = replace(target("vllm-0", None, []), possible_causes=(cause("quota_missing"),))
+    assert check(diagnosis(unknown), Expectation(target=where, possible_causes=["quota_missing"], no_cause=True)) == []
+    assert check(diagnosis(unknown), Expectation(target=where, possible_causes=["retry_loop"]))

@@ -17,7 +17,8 @@ from diagnosd.sim.simulator import Simulator
 from tests.sim.conftest import ANCHOR
 
 KNOWN_FILE = Path(__file__).resolve().parents[2] / "diagnosd" / "sim" / "known_metrics.txt"
-REFERENCE = Path("/work/shared/reference/metrics-engines-inventory.md")
+# The shared reference directory sits beside the repository when it is there at all.
+REFERENCE = Path(__file__).resolve().parents[3] / "shared" / "reference" / "metrics-engines-inventory.md"
 # Scenarios that switch on families the healthy fleet does not show (LoRA, restarts, PD, fallbacks...).
 EXTRA = (
     "unused_lora_loaded",

@@ -9,6 +9,8 @@ import urllib.request
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
+
 from diagnosd import runtime
 from diagnosd.rulestest.openmetrics import Series
 from diagnosd.sinks.alertrules import expression, rule_file
@@ -39,21 +41,32 @@ def test_baseline_becomes_offset_and_names_match_every_spelling() -> None:
             )
         }
     )
+    # Each spelling on its own, newest (as written, colon) first; `or` keeps it per target.
     assert expression(tree, rules.aliases) == (
-        "(min by (namespace, pod)(min_over_time("
-        '{__name__=~"vllm:num_requests_waiting|vllm_num_requests_waiting"}[5m])))'
-        " > 2 * (min by (namespace, pod)(min_over_time("
-        '{__name__=~"vllm:num_requests_waiting|vllm_num_requests_waiting"}[5m] offset 1d)))'
+        "(min by (namespace, pod)(min_over_time(vllm:num_requests_waiting{}[5m]))"
+        " or  min by (namespace, pod)(min_over_time(vllm_num_requests_waiting{}[5m])))"
+        " > 2 * (min by (namespace, pod)(min_over_time(vllm:num_requests_waiting{}[5m] offset 1d))"
+        " or  min by (namespace, pod)(min_over_time(vllm_num_requests_waiting{}[5m] offset 1d)))"
     )
 
 
-def test_a_real_prometheus_fires_the_symptom_alert(tmp_path: Path, start_prometheus: StartPrometheus) -> None:
+@pytest.mark.parametrize(
+    "names",
+    [
+        ["vllm_num_requests_waiting"],
+        # Colon and underscore twins on one pod (a client upgrade): one alert, 30 waiting, not 60.
+        ["vllm:num_requests_waiting", "vllm_num_requests_waiting"],
+    ],
+)
+def test_a_real_prometheus_fires_the_symptom_alert(
+    names: list[str], tmp_path: Path, start_prometheus: StartPrometheus
+) -> None:
     rules = runtime.load(FIXTURE)
     path = tmp_path / "alerts.yml"
     path.write_text(rule_file(list(rules.ruleset.trees.values()), rules.aliases, hold="0s"))
     now = datetime.now(UTC).timestamp()
     points = [(now - 600 + 15 * i, 30.0) for i in range(40)]
-    series = [Series("vllm_num_requests_waiting", {"namespace": "prod", "pod": "vllm-0"}, points)]
+    series = [Series(name, {"namespace": "prod", "pod": "vllm-0"}, points) for name in names]
     prom = start_prometheus(series, rule_files=[str(path)], scrape_interval="1s")
     deadline = time.monotonic() + 20
     alerts: list[dict[str, object]] = []
@@ -70,3 +83,4 @@ def test_a_real_prometheus_fires_the_symptom_alert(tmp_path: Path, start_prometh
             "pod": "vllm-0",
         }
     ]
+    assert float(str(alerts[0]["value"])) == 30

@@ -148,3 +148,76 @@ async def test_basic_auth_is_sent() -> None:
     async with config.client() as client:
         await PrometheusSource(config, client).query("up", AT)
     assert route.calls.last.request.headers["Authorization"] == "Basic dXNlcjpwdw=="
+
+
+async def test_warnings_of_a_partial_answer_reach_the_samples() -> None:
+    """Thanos / Mimir answer success with `warnings` when a store or ingester was missing."""
+    from diagnosd.sources.base import Samples, warnings_of
+
+    warning = "receive 10.0.0.7:10901: rpc error: code = Unavailable"
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        body = {
+            "status": "success",
+            "warnings": [warning, "PromQL info: metric might not be a counter, name does not end in _total"],
+            "data": {"resultType": "vector", "result": [{"metric": {"pod": "a"}, "value": [1.0, "2"]}]},
+        }
+        return httpx.Response(200, json=body)
+
+    samples = await source(handler).query("up", AT)
+    assert isinstance(samples, Samples)
+    assert [s.value for s in samples] == [2.0]
+    assert warnings_of(samples) == (warning,)
+
+
+async def test_a_complete_answer_has_no_warnings() -> None:
+    from diagnosd.sources.base import warnings_of
+
+    samples = await source(lambda r: vector(({"pod": "a"}, "1"))).query("up", AT)
+    assert warnings_of(samples) == ()
+
+
+async def test_a_partial_answer_makes_a_would_be_clear_check_unknown() -> None:
+    """From the HTTP response to the verdict: warnings never let a check read clear."""
+    from diagnosd.engine import Evaluator
+    from diagnosd.findings import Reason, Verdict
+    from diagnosd.trees.model import Tree
+
+    text = {"zh": "中", "en": "en"}
+    tree = Tree.model_validate(
+        {
+            "id": "queue_backlog",
+            "title": text,
+            "target": ["pod"],
+            "detect": {"title": text, "query": "max by ($target) (waiting)", "compare": {"above": 10}},
+            "nodes": [
+                {
+                    "id": "kv",
+                    "title": text,
+                    "query": "max by ($target) (kv)",
+                    "compare": {"above": 0.9},
+                    "conclusion": {"cause": "kv_pool_full", "title": text, "remediation": [text]},
+                }
+            ],
+        }
+    )
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path.startswith("/api/v1/label"):
+            return httpx.Response(200, json={"status": "success", "data": ["waiting", "kv"]})
+        query = dict(httpx.QueryParams(request.content.decode()))["query"]
+        value = "50" if "waiting" in query else "0.5"
+        body = {
+            "status": "success",
+            "warnings": ["store 10.0.0.7 did not answer"],
+            "data": {"resultType": "vector", "result": [{"metric": {"pod": "a"}, "value": [1.0, value]}]},
+        }
+        return httpx.Response(200, json=body)
+
+    diagnosis = await Evaluator(source(handler)).diagnose(tree, None, AT)
+    target = diagnosis.targets[0]
+    assert target.symptom_present is True
+    assert target.detect.warnings == ("store 10.0.0.7 did not answer",)
+    kv = next(c for c in target.checks if c.id == "kv")
+    assert (kv.verdict, kv.reason) == (Verdict.UNKNOWN, Reason.PARTIAL)
+    assert any("store 10.0.0.7 did not answer" in note for note in diagnosis.notes)

@@ -128,3 +128,55 @@ def test_compare_needs_exactly_one_operator_and_a_baseline_for_ratios(rules_dir:
         f"{path}:25: nodes[0](kv_pool_full).children[0](kv_growth).compare: Value error, ratio_above compares "
         "with a baseline: set 'baseline' (e.g. 1d)",
     ]
+
+
+def test_explains_names_causes_of_the_tree(rules_dir: Path) -> None:
+    new = "cause: kv_pool_full\n      explains: [requests_not_released, queueing]\n"
+    path = edit(rules_dir, "cause: kv_pool_full\n", new)
+    (found,) = problems(rules_dir)
+    assert found.startswith(f"{path}:19: nodes[0](kv_pool_full).conclusion.explains[1].cause: ")
+    assert "no node of this tree concludes 'queueing'" in found
+
+
+def test_explains_as_ids_or_with_a_slack_loads(rules_dir: Path) -> None:
+    edit(rules_dir, "cause: kv_pool_full\n", "cause: kv_pool_full\n      explains: [requests_not_released]\n")
+    tree = load_rules(rules_dir).trees["queue_backlog"]
+    node = tree.nodes[0]
+    assert isinstance(node, CheckNode)
+    assert node.conclusion is not None
+    assert [(e.cause, e.slack) for e in node.conclusion.explains] == [("requests_not_released", None)]
+
+
+def test_a_manual_node_cannot_explain_and_slack_needs_ratio_checks(rules_dir: Path) -> None:
+    path = edit(
+        rules_dir,
+        "cause: requests_not_released\n",
+        "cause: requests_not_released\n      explains: [kv_pool_full]\n",
+    )
+    edit(
+        rules_dir,
+        "cause: kv_pool_full\n",
+        "cause: kv_pool_full\n      explains: [{cause: requests_not_released, slack: 0.5}]\n",
+    )
+    found = problems(rules_dir)
+    assert any("kv_pool_full).conclusion.explains[0].slack: slack 0.5 must be at least 1" in p for p in found)
+    assert any("has no ratio_above / ratio_below check on its branch" in p for p in found)
+    assert any(p.startswith(f"{path}:") and "only a check's conclusion can explain other causes" in p for p in found)
+
+
+def test_explanations_in_a_circle_are_refused(tmp_path: Path) -> None:
+    target = tmp_path / "rules"
+    shutil.copytree(REPO / "rules", target)
+    path = target / "ttft_high.yaml"
+    text = path.read_text()
+    anchor = "          explains: [batch_too_large]\n"
+    assert text.count(anchor) == 1
+    path.write_text(text.replace(anchor, "          explains: [batch_too_large, prompt_inflation]\n"))
+    found = problems(target)
+    assert any("explanations go in a circle: " in p and "prompt_inflation" in p for p in found), found
+
+
+def test_a_cause_cannot_explain_itself(rules_dir: Path) -> None:
+    edit(rules_dir, "cause: kv_pool_full\n", "cause: kv_pool_full\n      explains: [kv_pool_full]\n")
+    (found,) = problems(rules_dir)
+    assert "cause 'kv_pool_full' cannot explain itself" in found

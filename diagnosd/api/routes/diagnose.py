@@ -18,7 +18,7 @@ from diagnosd.render import text as render_text
 
 router = APIRouter(tags=["diagnose"], dependencies=[Depends(require_api)])
 
-DESCRIPTION = """Every query parameter other than `at`, `format` and `lang` narrows the scope as
+DESCRIPTION = """Every query parameter other than `at`, `format`, `lang` and `verbose` narrows the scope as
 `label=value` (e.g. `?namespace=prod&pod=vllm-0`); `match=label=value` (repeatable) scopes a label
 whose name is one of those words. Values are never pasted into PromQL.
 
@@ -47,8 +47,9 @@ async def diagnose(
     svc: ServicesDep,
     format: Annotated[Literal["json", "text"], Query(description="json (default) or the text tree")] = "json",
     lang: Annotated[Literal["en", "zh"], Query(description="language of the text tree")] = "en",
+    verbose: Annotated[bool, Query(description="text: every target's whole tree, not one line each")] = False,
 ) -> Response:
     looked = await svc.diagnoser.diagnose(tree, scope, at, Trigger.API)
     if format == "text":
-        return PlainTextResponse(render_text.render(looked.diagnosis, lang))
+        return PlainTextResponse(render_text.render(looked.diagnosis, lang, verbose=verbose, tree=tree))
     return JSONResponse(render_json.diagnosis(looked.diagnosis))

@@ -1,0 +1,343 @@
+"""Triage: every symptom at once for the whole fleet, worst first. Pure: only the injected source.
+
+One pass evaluates each tree's detect (and its baseline) as one vector over every target in scope;
+then, only for the symptoms present on some target, the full tree is walked (vectorized, one query
+per check) and the present targets' results are kept. The walk's queries stay one vector over the
+scope rather than matchers narrowed to the present targets: some checks compare a target with its
+peers or join other series in, and narrowing would cut those off. Either way the number of queries
+depends on the trees, never on the number of targets.
+
+A symptom is present (some target matched), clear (every target seen was ruled out), or not looked
+at, with why: exporter absent, metric absent, no data, no baseline yet, query error, timeout,
+Prometheus unreachable. A detect that compares with a baseline that has no value yet says "no
+baseline yet" for that target, never clear.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from diagnosd.engine import params as P
+from diagnosd.engine.evaluator import Evaluator
+from diagnosd.engine.scope import Scope
+from diagnosd.errors import QueryRejected, SourceError, SourceTimeout, SourceUnavailable
+from diagnosd.findings import triage as T
+from diagnosd.findings.model import Diagnosis, Reason, TargetDiagnosis
+from diagnosd.sources.base import QuerySource, Sample
+from diagnosd.trees import promql
+from diagnosd.trees.aliases import Aliases
+from diagnosd.trees.model import Tree
+
+Key = tuple[str, ...]
+Params = Mapping[str, Mapping[str, float | str]]
+
+# Metric name prefixes by the exporter that publishes them: "exporter absent" when no series of
+# that exporter was found by any symptom's discovery, "metric absent" otherwise. A pod runs one
+# engine: vLLM and SGLang count as one (their names are alternatives in every query).
+EXPORTERS: tuple[tuple[str, str], ...] = (
+    ("vllm:", "vLLM/SGLang"),
+    ("vllm_", "vLLM/SGLang"),
+    ("sglang:", "vLLM/SGLang"),
+    ("sglang_", "vLLM/SGLang"),
+    ("DCGM_", "dcgm-exporter"),
+    ("litellm_", "LiteLLM"),
+    ("kube_", "kube-state-metrics"),
+    ("node_", "node_exporter"),
+    ("container_", "cAdvisor"),
+)
+
+
+class _Recorder:
+    """One tree's view of the source: counts queries, keeps answers, errors and the names found."""
+
+    def __init__(self, inner: QuerySource) -> None:
+        self._inner = inner
+        self.queries = 0
+        self.answers: dict[tuple[str, datetime], list[Sample]] = {}
+        self.errors: list[SourceError] = []
+        self.present: set[str] = set()
+        self.names_known = True
+
+    async def query(self, promql: str, at: datetime) -> list[Sample]:
+        self.queries += 1
+        try:
+            samples = await self._inner.query(promql, at)
+        except SourceError as error:
+            self.errors.append(error)
+            raise
+        self.answers[(promql, at)] = samples
+        return samples
+
+    async def metric_names(self, candidates: Collection[str], start: datetime, end: datetime) -> set[str]:
+        try:
+            found = await self._inner.metric_names(candidates, start, end)
+        except QueryRejected:
+            self.names_known = False
+            raise
+        except SourceError as error:
+            self.errors.append(error)
+            raise
+        self.present |= found
+        return found
+
+
+@dataclass
+class _Look:
+    """One tree's pass, before the board is assembled (exporter presence needs every tree's names)."""
+
+    tree: Tree
+    queries: int = 0
+    targets: tuple[TargetDiagnosis, ...] = ()
+    hits: tuple[T.Hit, ...] = ()
+    unseen: list[tuple[str, str]] = field(default_factory=list)  # per unknown target: reason, detail
+    failed: SourceError | None = None
+    names: tuple[str, ...] = ()  # the detect's metrics, when no target could be seen
+    absent: tuple[str, ...] = ()  # those of them absent on this Prometheus
+    present_names: set[str] = field(default_factory=set)
+    names_known: bool = True
+    walk_failed: SourceError | None = None
+    walk_partial: bool = False  # the walk ran, but some of its queries failed (those checks are unknown)
+    baseline_missing: str | None = None  # how far back the empty baseline lies, when it is empty
+
+
+async def triage(
+    source: QuerySource,
+    trees: Iterable[Tree],
+    aliases: Aliases | None = None,
+    scope: Scope | None = None,
+    at: datetime | None = None,
+    *,
+    params: Params | None = None,
+    strict_labels: Sequence[str] = (),
+    concurrency: int = 4,
+) -> T.Board:
+    """The board for `scope` at `at` (default now). Raises the source's error when nothing at all
+    could be looked at because Prometheus failed (unreachable first), never an empty board."""
+    scope = scope or Scope()
+    at = (at or datetime.now(UTC).replace(microsecond=0)).astimezone(UTC)
+    aliases = aliases or Aliases()
+    params = params or {}
+    limit = asyncio.Semaphore(concurrency)
+    ordered = list(trees)
+
+    async def one(tree: Tree) -> _Look:
+        async with limit:
+            return await _look(source, tree, aliases, scope, at, params.get(tree.id), strict_labels)
+
+    looks = await asyncio.gather(*(one(tree) for tree in ordered))
+    board = _board(looks, scope, at)
+    errors = [look.failed for look in looks if look.failed is not None]
+    if board.blind and errors and len(errors) == len(looks):
+        raise _worst(errors)
+    return board
+
+
+async def _look(
+    source: QuerySource,
+    tree: Tree,
+    aliases: Aliases,
+    scope: Scope,
+    at: datetime,
+    overrides: Mapping[str, float | str] | None,
+    strict_labels: Sequence[str],
+) -> _Look:
+    look = _Look(tree)
+    recorder = _Recorder(source)
+    evaluator = Evaluator(recorder, aliases, strict_labels=strict_labels)
+    try:
+        detected = await evaluator.diagnose(_detect_only(tree), scope, at, overrides)
+    except SourceError as error:
+        look.failed = error
+        return look
+    finally:
+        look.queries += recorder.queries
+        look.present_names = recorder.present
+        look.names_known = recorder.names_known
+    look.targets = detected.targets
+    if not detected.targets:
+        if recorder.errors:
+            look.failed = _worst(recorder.errors)
+        else:
+            look.names, look.absent = _absent(tree, overrides, aliases, recorder)
+            # The detect-only pass asks two things at most: now, and its baseline (at another time).
+            past = [samples for (_, when), samples in recorder.answers.items() if when != at]
+            if tree.detect.compare.baseline is not None and past and not any(past):
+                look.baseline_missing = _duration(at - min(w for (_, w) in recorder.answers if w != at))
+        return look
+    look.unseen = [_why(tree, t, recorder, at) for t in detected.targets if t.symptom_present is None]
+    matched = [t for t in detected.targets if t.symptom_present is True]
+    if not matched:
+        return look
+    walker = _Recorder(source)
+    full: Diagnosis | None = None
+    try:
+        full = await Evaluator(walker, aliases, strict_labels=strict_labels).diagnose(tree, scope, at, overrides)
+    except SourceError as error:
+        look.walk_failed = error
+    else:
+        look.walk_failed = _worst(walker.errors) if walker.errors else None
+        look.walk_partial = bool(walker.errors)
+    finally:
+        look.queries += walker.queries
+    walked = {_key(tree, t.labels): t for t in full.targets} if full else {}
+    look.hits = tuple(sorted((_hit(t, walked.get(_key(tree, t.labels))) for t in matched), key=_hit_order))
+    return look
+
+
+def _detect_only(tree: Tree) -> Tree:
+    """The tree with its detect alone: no checks, no traffic gate (a copy; the tree is untouched)."""
+    return tree.model_copy(update={"nodes": [], "traffic": None})
+
+
+def _key(tree: Tree, labels: Mapping[str, str]) -> Key:
+    return tuple(labels.get(label, "") for label in tree.target)
+
+
+def _hit(detected: TargetDiagnosis, walked: TargetDiagnosis | None) -> T.Hit:
+    target = walked if walked is not None and walked.symptom_present is True else detected
+    cause = target.root_causes[0] if target.root_causes else None
+    evidence = cause.evidence[-1] if cause is not None and cause.evidence else target.detect.evidence
+    return T.Hit(labels=dict(target.labels), detect=target.detect, cause=cause, evidence=evidence)
+
+
+def _hit_order(hit: T.Hit) -> tuple[int, list[tuple[str, ...]]]:
+    return -T.SEVERITY_RANK[hit.severity], [_natural(value) for value in hit.labels.values()]
+
+
+def _natural(value: str) -> tuple[str, ...]:
+    """vllm-2 before vllm-10: digit runs compare as numbers (zero-padded), the rest as text."""
+    return tuple(part.zfill(20) if part.isdigit() else part for part in re.split(r"(\d+)", value))
+
+
+def _why(tree: Tree, target: TargetDiagnosis, recorder: _Recorder, at: datetime) -> tuple[str, str]:
+    """Why this target's detect is unknown; a baseline with nothing for the target is "no baseline yet"."""
+    detect = target.detect
+    evidence = detect.evidence
+    if tree.detect.compare.baseline is not None and evidence is not None and evidence.baseline_at is not None:
+        past = recorder.answers.get((evidence.query, evidence.baseline_at))
+        if detect.reason is Reason.NO_BASELINE or (past is not None and not _has(past, tree, target.labels)):
+            return T.NO_BASELINE, f"nothing {_duration(at - evidence.baseline_at)} ago to compare with"
+    return str(detect.reason or T.NO_DATA), detect.detail or ""
+
+
+def _has(samples: Sequence[Sample], tree: Tree, labels: Mapping[str, str]) -> bool:
+    for sample in samples:
+        if all(sample.labels.get(label) == labels.get(label) for label in tree.target):
+            return True
+        if not any(label in sample.labels for label in tree.target):
+            return True
+    return False
+
+
+def _duration(delta: timedelta) -> str:
+    seconds = int(delta.total_seconds())
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds and seconds % size == 0:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def _absent(
+    tree: Tree, overrides: Mapping[str, float | str] | None, aliases: Aliases, recorder: _Recorder
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    text = promql.substitute(tree.detect.query, P.effective(tree, overrides), tree.target)
+    names = tuple(promql.selector_names(promql.parse(text)))
+    if not recorder.names_known:
+        return names, ()
+    return names, tuple(n for n in names if not any(v in recorder.present for v in aliases.variants(n)))
+
+
+def _worst(errors: Sequence[SourceError]) -> SourceError:
+    for kind in (SourceUnavailable, SourceTimeout):
+        for error in errors:
+            if isinstance(error, kind):
+                return error
+    return errors[0]
+
+
+def _error_reason(error: SourceError) -> T.Unseen:
+    if isinstance(error, SourceUnavailable):
+        return T.Unseen(T.UNREACHABLE, error.detail)
+    if isinstance(error, SourceTimeout):
+        return T.Unseen(T.TIMEOUT, error.detail)
+    return T.Unseen(T.QUERY_ERROR, error.detail)
+
+
+def _exporter(name: str) -> str | None:
+    return next((exporter for prefix, exporter in EXPORTERS if name.startswith(prefix)), None)
+
+
+def _absence(look: _Look, everywhere: set[str]) -> T.Unseen:
+    """Why no target has a detect value: an exporter with no series here, metrics absent, or no data."""
+    names, absent = look.names, look.absent
+    if not absent and look.baseline_missing is not None:
+        return T.Unseen(T.NO_BASELINE, f"nothing {look.baseline_missing} ago to compare with, and no value now")
+    if not absent:
+        why = "no target has a value now"
+        return T.Unseen(T.NO_DATA, why if look.names_known else f"{why} (metric name discovery unsupported)")
+    seen = {e for name in everywhere if (e := _exporter(name)) is not None}
+    missing = [e for e in dict.fromkeys(_exporter(name) for name in absent) if e is not None and e not in seen]
+    if missing:
+        needed = [name for name in absent if _exporter(name) in missing]
+        return T.Unseen(T.EXPORTER_ABSENT, f"no {' or '.join(missing)} series on this Prometheus ({_names(needed)})")
+    if len(absent) == len(names):
+        return T.Unseen(T.METRIC_ABSENT, f"not on this Prometheus: {_names(absent)}")
+    if look.baseline_missing is not None:
+        return T.Unseen(T.NO_BASELINE, f"nothing {look.baseline_missing} ago to compare with, and no value now")
+    return T.Unseen(T.NO_DATA, f"no target has a value now (not on this Prometheus: {_names(absent)})")
+
+
+def _names(names: Sequence[str], most: int = 3) -> str:
+    shown = ", ".join(names[:most])
+    return shown if len(names) <= most else f"{shown} and {len(names) - most} more"
+
+
+def _grouped(reasons: Iterable[tuple[str, str]]) -> tuple[T.Unseen, ...]:
+    counts: dict[str, tuple[str, int]] = {}
+    for reason, detail in reasons:
+        first, count = counts.get(reason, (detail, 0))
+        counts[reason] = (first, count + 1)
+    return tuple(T.Unseen(reason, detail, count) for reason, (detail, count) in counts.items())
+
+
+def _board(looks: Sequence[_Look], scope: Scope, at: datetime) -> T.Board:
+    everywhere = set().union(*(look.present_names for look in looks))
+    present: list[T.Present] = []
+    clear: list[T.Clear] = []
+    unknown: list[T.Unknown] = []
+    seen: set[tuple[tuple[str, str], ...]] = set()
+    for look in looks:
+        tree = look.tree
+        seen.update(tuple(sorted(t.labels.items())) for t in look.targets)
+        unseen = _grouped(look.unseen)
+        if look.hits:
+            if look.walk_failed is not None:
+                failed = _error_reason(look.walk_failed)
+                what = "some checks could not run" if look.walk_partial else "the tree walk failed"
+                unseen += (T.Unseen(failed.reason, f"{what}: {failed.detail}", len(look.hits)),)
+            present.append(
+                T.Present(tree.id, tree.title, tuple(tree.target), look.hits, unseen, look.queries, len(look.targets))
+            )
+        elif look.failed is not None:
+            unknown.append(T.Unknown(tree.id, tree.title, (_error_reason(look.failed),)))
+        elif not look.targets:
+            unknown.append(T.Unknown(tree.id, tree.title, (_absence(look, everywhere),)))
+        elif unseen:
+            cleared = sum(t.symptom_present is False for t in look.targets)
+            unknown.append(T.Unknown(tree.id, tree.title, unseen, cleared))
+        else:
+            clear.append(T.Clear(tree.id, tree.title, len(look.targets)))
+    present.sort(key=lambda p: (-T.SEVERITY_RANK[p.severity], -len(p.hits), p.symptom))
+    return T.Board(
+        evaluated_at=at,
+        scope=scope.as_dict(),
+        present=tuple(present),
+        clear=tuple(clear),
+        unknown=tuple(unknown),
+        queries=sum(look.queries for look in looks),
+        targets=len(seen),
+    )

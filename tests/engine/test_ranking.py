@@ -1,0 +1,248 @@
+"""Causal ranking, unknown symptoms, ±Inf and partial answers, through the Evaluator with a fake source."""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from diagnosd.engine import Evaluator
+from diagnosd.findings import Reason, Verdict
+from diagnosd.findings.lifecycle import Observed
+from diagnosd.findings.observe import observe
+from diagnosd.sources.base import Sample, Samples
+from diagnosd.trees.model import Tree
+from tests.engine.fakes import FakeSource, samples
+
+AT = datetime(2026, 3, 1, 12, tzinfo=UTC)
+BASE = AT - timedelta(days=1)
+TEXT = {"zh": "中", "en": "en"}
+
+
+def conclusion(cause: str, **extra: Any) -> dict[str, Any]:
+    return {"cause": cause, "title": TEXT, "remediation": [TEXT], **extra}
+
+
+def check(id_: str, metric: str, compare: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    return {"id": id_, "title": TEXT, "query": f"max by ($target) ({metric})", "compare": compare, **extra}
+
+
+def tree(*nodes: dict[str, Any], detect: str = "max by ($target) (ttft)") -> Tree:
+    return Tree.model_validate(
+        {
+            "id": "ttft_high",
+            "title": TEXT,
+            "target": ["namespace", "pod"],
+            "params": {"slack": {"default": 1.5, "doc": "d"}},
+            "detect": {"title": TEXT, "query": detect, "compare": {"above": 1}},
+            "nodes": list(nodes),
+        }
+    )
+
+
+def by_time(now: float, then: float) -> Any:
+    return lambda at: samples({"p": now if at == AT else then})
+
+
+async def diagnose(t: Tree, source: FakeSource) -> Any:
+    return await Evaluator(source).diagnose(t, None, AT)
+
+
+def ratio(id_: str, metric: str, **extra: Any) -> dict[str, Any]:
+    return check(id_, metric, {"ratio_above": 1.3, "baseline": "1d"}, **extra)
+
+
+PROMPTS = ratio(
+    "prompt_inflation",
+    "prompts",
+    conclusion=conclusion("prompt_inflation", explains=[{"cause": "contention", "slack": "$slack"}, "batch_too_large"]),
+)
+CONTENTION = ratio("contention", "prefill", conclusion=conclusion("contention"))
+BATCH = ratio("batch_too_large", "steps", conclusion=conclusion("batch_too_large"))
+
+
+async def test_an_explained_cause_is_a_consequence_under_its_cause() -> None:
+    source = FakeSource(
+        {
+            "ttft": samples({"p": 5}),
+            "prompts": by_time(3000, 1000),  # x3
+            "prefill": by_time(4000, 1000),  # x4: within x3 times slack 1.5
+            "steps": by_time(2000, 100),  # x20: no slack asked
+        }
+    )
+    target = (await diagnose(tree(CONTENTION, BATCH, PROMPTS), source)).targets[0]
+    assert [c.cause for c in target.root_causes] == ["prompt_inflation"]
+    [root] = target.root_causes
+    # Consequences rank like causes: the larger change first.
+    assert [c.cause for c in root.explains] == ["batch_too_large", "contention"]
+    assert {c.cause: c.explained_by for c in target.consequences} == {
+        "contention": ("prompt_inflation",),
+        "batch_too_large": ("prompt_inflation",),
+    }
+    assert all(c.evidence for c in root.explains)
+
+
+async def test_slack_caps_what_a_change_can_explain() -> None:
+    source = FakeSource(
+        {
+            "ttft": samples({"p": 5}),
+            "prompts": by_time(3000, 1000),  # x3
+            "prefill": by_time(10000, 1000),  # x10 > x3 * 1.5: more than the prompts account for
+            "steps": by_time(200, 100),
+        }
+    )
+    target = (await diagnose(tree(CONTENTION, BATCH, PROMPTS), source)).targets[0]
+    assert {c.cause for c in target.root_causes} == {"prompt_inflation", "contention"}
+    assert [c.cause for c in target.consequences] == ["batch_too_large"]
+
+
+async def test_severity_then_specificity_then_strength_rank_root_causes() -> None:
+    nodes = (
+        check("shallow", "alpha_m", {"above": 1}, conclusion=conclusion("shallow")),
+        check(
+            "parent",
+            "bravo_m",
+            {"above": 1},
+            conclusion=conclusion("parent"),
+            children=[check("deep", "charlie_m", {"above": 1}, conclusion=conclusion("deep"))],
+        ),
+        check("big", "delta_m", {"above": 1}, conclusion=conclusion("big")),
+        check("critical", "echo_m", {"above": 1}, conclusion=conclusion("critical", severity="critical")),
+        check("info", "foxtrot_m", {"above": 1}, conclusion=conclusion("info", severity="info")),
+    )
+    values = {"ttft": 5, "alpha_m": 2, "bravo_m": 2, "charlie_m": 1.5, "delta_m": 50, "echo_m": 1.1, "foxtrot_m": 100}
+    source = FakeSource({k: samples({"p": v}) for k, v in values.items()})
+    target = (await diagnose(tree(*nodes), source)).targets[0]
+    assert [c.cause for c in target.root_causes] == ["critical", "deep", "big", "shallow", "parent", "info"]
+
+
+async def test_a_chain_of_explanations_nests() -> None:
+    nodes = (
+        check("a", "alpha_m", {"above": 1}, conclusion=conclusion("a", explains=["b"])),
+        check("b", "bravo_m", {"above": 1}, conclusion=conclusion("b", explains=["c"])),
+        check("c", "charlie_m", {"above": 1}, conclusion=conclusion("c")),
+    )
+    source = FakeSource({k: samples({"p": 2}) for k in ("ttft", "alpha_m", "bravo_m", "charlie_m")})
+    target = (await diagnose(tree(*nodes), source)).targets[0]
+    [root] = target.root_causes
+    assert root.cause == "a"
+    assert [x.cause for x in root.explains] == ["b"]
+    assert [x.cause for x in root.explains[0].explains] == ["c"]
+    assert [(c.cause, c.explained_by) for c in target.consequences] == [("b", ("a",)), ("c", ("b",))]
+
+
+async def test_an_unmatched_explainer_explains_nothing() -> None:
+    nodes = (
+        check("a", "alpha_m", {"above": 1}, conclusion=conclusion("a", explains=["b"])),
+        check("b", "bravo_m", {"above": 1}, conclusion=conclusion("b")),
+    )
+    source = FakeSource({"ttft": samples({"p": 5}), "alpha_m": samples({"p": 0.5}), "bravo_m": samples({"p": 2})})
+    target = (await diagnose(tree(*nodes), source)).targets[0]
+    assert [c.cause for c in target.root_causes] == ["b"]
+    assert target.consequences == ()
+
+
+async def test_unknown_symptom_gives_possible_causes_and_raises_no_finding() -> None:
+    nodes = (
+        check("a", "alpha_m", {"above": 1}, conclusion=conclusion("a", explains=["b"])),
+        check("b", "bravo_m", {"above": 1}, conclusion=conclusion("b")),
+    )
+    source = FakeSource({"ttft": samples({"p": math.nan}), "alpha_m": samples({"p": 2}), "bravo_m": samples({"p": 2})})
+    diagnosis = await diagnose(tree(*nodes), source)
+    target = diagnosis.targets[0]
+    assert target.symptom_present is None
+    assert target.root_causes == ()
+    assert [c.cause for c in target.possible_causes] == ["a"]
+    assert [c.cause for c in target.consequences] == ["b"]
+    assert all(o.seen is not Observed.HOLDS for o in observe(diagnosis))
+
+
+async def test_clear_symptom_lists_nothing() -> None:
+    source = FakeSource({"ttft": samples({"p": 0.5}), "alpha_m": samples({"p": 2})})
+    target = (await diagnose(tree(check("a", "alpha_m", {"above": 1}, conclusion=conclusion("a"))), source)).targets[0]
+    assert (target.root_causes, target.possible_causes, target.consequences) == ((), (), ())
+
+
+async def test_infinities_are_unknown_not_measurements() -> None:
+    nodes = (check("a", "alpha_m", {"above": 1}, conclusion=conclusion("a")), check("b", "bravo_m", {"below": 1}))
+    source = FakeSource(
+        {"ttft": samples({"p": 5}), "alpha_m": samples({"p": math.inf}), "bravo_m": samples({"p": -math.inf})}
+    )
+    target = (await diagnose(tree(*nodes), source)).targets[0]
+    verdicts = {c.id: (c.verdict, c.reason, c.detail) for c in target.checks}
+    assert verdicts["a"][:2] == (Verdict.UNKNOWN, Reason.INFINITE)
+    assert "+Inf (division by zero)" in str(verdicts["a"][2])
+    assert verdicts["b"][:2] == (Verdict.UNKNOWN, Reason.INFINITE)
+    assert "-Inf" in str(verdicts["b"][2])
+    assert target.root_causes == ()
+
+
+async def test_a_minus_inf_detect_is_unknown_not_clear() -> None:
+    source = FakeSource({"ttft": samples({"p": -math.inf}), "alpha_m": samples({"p": 2})})
+    target = (await diagnose(tree(check("a", "alpha_m", {"above": 1}, conclusion=conclusion("a"))), source)).targets[0]
+    assert target.symptom_present is None
+    assert target.detect.reason is Reason.INFINITE
+    assert [c.cause for c in target.possible_causes] == ["a"]
+
+
+async def test_a_quantile_beyond_the_top_bucket_is_a_large_value() -> None:
+    quantile = "histogram_quantile(0.99, sum by ($target, le) (rate(prompt_bucket[5m])))"
+    node = {
+        "id": "long",
+        "title": TEXT,
+        "query": quantile,
+        "compare": {"above": 32000},
+        "conclusion": conclusion("long"),
+    }
+    ratio_node = {
+        "id": "grew",
+        "title": TEXT,
+        "query": quantile.replace("0.99", "0.5"),
+        "compare": {"ratio_above": 2, "baseline": "1d"},
+    }
+    inf_now = FakeSource({"ttft": samples({"p": 5}), "prompt_bucket": samples({"p": math.inf})})
+    target = (await diagnose(tree(node), inf_now)).targets[0]
+    assert [c.cause for c in target.root_causes] == ["long"]
+    inf_then = FakeSource({"ttft": samples({"p": 5}), "prompt_bucket": by_time(1000, math.inf)})
+    grew = next(c for c in (await diagnose(tree(ratio_node), inf_then)).targets[0].checks if c.id == "grew")
+    assert (grew.verdict, grew.reason) == (Verdict.UNKNOWN, Reason.INFINITE)
+    assert "top bucket" in str(grew.detail)
+
+
+async def test_a_partial_answer_never_clears_and_keeps_a_match() -> None:
+    warning = "store gateway 10.0.0.7:10901 did not respond"
+    nodes = (
+        check("a", "alpha_m", {"above": 1}, conclusion=conclusion("a")),
+        check("b", "bravo_m", {"above": 1}, conclusion=conclusion("b")),
+    )
+    source = FakeSource(
+        {
+            "ttft": samples({"p": 5}),
+            "alpha_m": Samples([Sample({"namespace": "prod", "pod": "p"}, 2.0)], [warning]),
+            "bravo_m": Samples([Sample({"namespace": "prod", "pod": "p"}, 0.5)], [warning]),
+        }
+    )
+    diagnosis = await diagnose(tree(*nodes), source)
+    target = diagnosis.targets[0]
+    checks = {c.id: c for c in target.checks}
+    assert checks["a"].verdict is Verdict.MATCHED
+    assert checks["a"].warnings == (warning,)
+    assert warning in str(checks["a"].detail)
+    assert (checks["b"].verdict, checks["b"].reason) == (Verdict.UNKNOWN, Reason.PARTIAL)
+    assert [c.cause for c in target.root_causes] == ["a"]
+    assert target.root_causes[0].evidence[-1].warnings == (warning,)
+    assert any(warning in note and "partial" in note for note in diagnosis.notes)
+
+
+async def test_a_partial_detect_is_unknown_when_it_would_be_clear() -> None:
+    source = FakeSource(
+        {
+            "ttft": Samples([Sample({"namespace": "prod", "pod": "p"}, 0.5)], ["partial response"]),
+            "alpha_m": samples({"p": 2}),
+        }
+    )
+    target = (await diagnose(tree(check("a", "alpha_m", {"above": 1}, conclusion=conclusion("a"))), source)).targets[0]
+    assert target.symptom_present is None
+    assert target.detect.reason is Reason.PARTIAL
+    assert target.root_causes == ()
+    assert [c.cause for c in target.possible_causes] == ["a"]
