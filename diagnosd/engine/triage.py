@@ -28,27 +28,12 @@ from diagnosd.errors import QueryRejected, SourceError, SourceTimeout, SourceUna
 from diagnosd.findings import triage as T
 from diagnosd.findings.model import Diagnosis, Reason, TargetDiagnosis
 from diagnosd.sources.base import QuerySource, Sample
-from diagnosd.trees import promql
+from diagnosd.trees import families, promql
 from diagnosd.trees.aliases import Aliases
 from diagnosd.trees.model import Tree
 
 Key = tuple[str, ...]
 Params = Mapping[str, Mapping[str, float | str]]
-
-# Metric name prefixes by the exporter that publishes them: "exporter absent" when no series of
-# that exporter was found by any symptom's discovery, "metric absent" otherwise. A pod runs one
-# engine: vLLM and SGLang count as one (their names are alternatives in every query).
-EXPORTERS: tuple[tuple[str, str], ...] = (
-    ("vllm:", "vLLM/SGLang"),
-    ("vllm_", "vLLM/SGLang"),
-    ("sglang:", "vLLM/SGLang"),
-    ("sglang_", "vLLM/SGLang"),
-    ("DCGM_", "dcgm-exporter"),
-    ("litellm_", "LiteLLM"),
-    ("kube_", "kube-state-metrics"),
-    ("node_", "node_exporter"),
-    ("container_", "cAdvisor"),
-)
 
 
 class _Recorder:
@@ -268,7 +253,11 @@ def _error_reason(error: SourceError) -> T.Unseen:
 
 
 def _exporter(name: str) -> str | None:
-    return next((exporter for prefix, exporter in EXPORTERS if name.startswith(prefix)), None)
+    """The exporter family publishing a name; a pod runs one engine, so vLLM and SGLang count as one."""
+    found = families.family(name)
+    if found is families.OTHER:
+        return None
+    return "/".join(f.name for f in families.FAMILIES if f.name == found.name or f.name in found.alternatives)
 
 
 def _absence(look: _Look, everywhere: set[str]) -> T.Unseen:
