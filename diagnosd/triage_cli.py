@@ -30,6 +30,7 @@ import urllib.parse
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -249,6 +250,9 @@ def watch(args: argparse.Namespace) -> int:
                 binary=args.prometheus_binary,
             )
             stack.callback(prom.stop)
+            # The TSDB holds nothing older than this: checks reading further back say so (short
+            # history) instead of judging rates over a window that is mostly empty.
+            args.history_start = datetime.now(UTC)
             prom.start()
             _say(
                 f"Prometheus {prom.url} scraping {', '.join(e.address for e in endpoints)} every "
@@ -299,7 +303,9 @@ async def _round(config: PrometheusConfig, rules: runtime.Rules, args: argparse.
     """One board, and one line saying which endpoints the last scrape reached (a wrong port shows here)."""
     async with config.client() as client:
         source = PrometheusSource(config, client)
-        board = await triage(source, rules.ruleset.trees.values(), rules.aliases, Scope(), None)
+        board = await triage(
+            source, rules.ruleset.trees.values(), rules.aliases, Scope(), None, history_start=args.history_start
+        )
         up = await source.query(f'up{{job=~"{WATCH_JOB}.*"}}', board.evaluated_at)
     states = sorted((s.labels.get("instance", "?"), s.value == 1) for s in up)
     line = " · ".join(f"{instance} {'up' if ok else 'DOWN'}" for instance, ok in states) or "no scrape yet"

@@ -9,11 +9,11 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from diagnosd.findings.lifecycle import Finding
 from diagnosd.render import json as render_json
-from diagnosd.trees.model import CheckNode, GroupNode, ManualNode, Tree, walk
+from diagnosd.trees.model import CheckNode, Conditional, GroupNode, ManualNode, Tree, walk
 
 # JSON has no NaN or Infinity: render/json.py sends them as the strings "NaN", "+Inf", "-Inf".
 Number = float | str | None
@@ -26,6 +26,12 @@ class Wire(BaseModel):
 class TextOut(Wire):
     en: str
     zh: str
+
+
+class SustainedOut(Wire):
+    for_: str = Field(alias="for")
+    share: float
+    current: Number
 
 
 class EvidenceOut(Wire):
@@ -42,6 +48,16 @@ class EvidenceOut(Wire):
     context: dict[str, Number]
     # The backend's warnings for the answers behind it (a partial response).
     warnings: list[str] = []
+    # all / any: each condition's own evidence (the fields above repeat the first one's).
+    combine: str | None = None
+    conditions: list[EvidenceOut] = []
+    # Of a condition: its evidence line, verdict and why it is unknown.
+    title: TextOut | None = None
+    verdict: str | None = None
+    reason: str | None = None
+    detail: str | None = None
+    # Sustained (持续): `value` held in `share` of `for`; `current` is the value now.
+    sustained: SustainedOut | None = None
 
 
 class CheckOut(Wire):
@@ -81,6 +97,12 @@ class RootCauseOut(Wire):
 RootCauseOut.model_rebuild()
 
 
+class FleetOut(CheckOut):
+    """A fleet-level result: the check's verdict and evidence; `finding` where it matched."""
+
+    finding: RootCauseOut | None = None
+
+
 class TargetOut(Wire):
     labels: dict[str, str]
     symptom_present: bool | None
@@ -102,6 +124,8 @@ class DiagnosisOut(Wire):
     queries: int
     notes: list[str]
     targets: list[TargetOut]
+    # Checks answered only by samples without target labels: judged once, for the whole scope.
+    fleet: list[FleetOut] = []
 
 
 class DetectOut(Wire):
@@ -242,8 +266,20 @@ def _symptom(tree: Tree) -> dict[str, Any]:
         "title": render_json.text(tree.title),
         "target": list(tree.target),
         "causes": list(dict.fromkeys(causes)),
-        "detect": {"title": render_json.text(tree.detect.title), "query": tree.detect.query, "unit": tree.detect.unit},
+        "detect": {
+            "title": render_json.text(tree.detect.title),
+            "query": _query(tree.detect),
+            "unit": tree.detect.unit,
+        },
     }
+
+
+def _query(item: Conditional) -> str:
+    """A comparison's query; all / any as `(a) and (b)` / `(a) or (b)` of their conditions' queries."""
+    if item.combine is None:
+        return item.comparison()[0]
+    joiner = " and " if item.combine == "all" else " or "
+    return joiner.join(f"({_query(c)})" for c in item.conditions)
 
 
 def _node(node: CheckNode | ManualNode | GroupNode, depth: int) -> NodeOut:
@@ -254,7 +290,7 @@ def _node(node: CheckNode | ManualNode | GroupNode, depth: int) -> NodeOut:
         depth=depth,
         title=TextOut(**render_json.text(node.title)),
         cause=conclusion.cause if conclusion else None,
-        query=node.query if isinstance(node, CheckNode) else None,
+        query=_query(node) if isinstance(node, CheckNode) else None,
         guidance=TextOut(**render_json.text(node.manual)) if isinstance(node, ManualNode) else None,
     )
 

@@ -14,7 +14,7 @@ import promql_parser as pp
 from diagnosd.engine import params as P
 from diagnosd.trees import promql
 from diagnosd.trees.aliases import Aliases
-from diagnosd.trees.model import CheckNode, Tree, walk
+from diagnosd.trees.model import Tree, queries
 
 
 @dataclass(frozen=True)
@@ -57,14 +57,7 @@ def candidates(tree: Tree, aliases: Aliases) -> set[str]:
 
 
 def _queries(tree: Tree) -> Iterator[tuple[str, str]]:
-    yield "detect", tree.detect.query
-    if tree.traffic is not None:
-        yield "traffic", tree.traffic.query
-    for node, _ in walk(list(tree.nodes)):
-        if isinstance(node, CheckNode):
-            yield node.id, node.query
-            for context in node.context:
-                yield f"{node.id}.{context.id}", context.query
+    yield from queries(tree)
 
 
 def runnable(expr: pp.Expr, have: Set[str]) -> bool:

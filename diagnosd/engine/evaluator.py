@@ -8,21 +8,22 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
 from diagnosd.engine import params as P
+from diagnosd.engine.fleet import fleet_results
 from diagnosd.engine.judge import Answer, Key, Question
 from diagnosd.engine.rewrite import ScopeMatcher, rewrite
 from diagnosd.engine.scope import Scope
 from diagnosd.engine.walk import diagnose_target, explanations
 from diagnosd.errors import QueryRejected, SourceError
 from diagnosd.findings.model import Diagnosis, NodeKind
-from diagnosd.sources.base import QuerySource, Sample, warnings_of
+from diagnosd.sources.base import QuerySource, Sample, declared_types, warnings_of
 from diagnosd.trees import promql
 from diagnosd.trees.aliases import Aliases
 from diagnosd.trees.families import absent_notes, probes
-from diagnosd.trees.model import CheckNode, Compare, Text, Tree, walk
+from diagnosd.trees.model import CheckNode, Compare, Conditional, Text, Tree, leaves, walk
 
 Job = tuple[str, datetime]
 
@@ -43,6 +44,7 @@ class Evaluator:
         concurrency: int = 8,
         strict_labels: Iterable[str] = (),
         lookback: timedelta = timedelta(hours=1),
+        history_start: datetime | None = None,
     ) -> None:
         self.source = source
         self.aliases = aliases or Aliases()
@@ -51,6 +53,9 @@ class Evaluator:
         # series that carry it with that value and lets through series without it.
         self.strict_labels = frozenset(strict_labels)
         self.lookback = lookback
+        # When the Prometheus asked started keeping data (a TSDB made minutes ago): a query whose
+        # window reaches before it is unknown (short history), not judged on a partial window.
+        self.history_start = history_start
 
     async def diagnose(
         self,
@@ -69,7 +74,7 @@ class Evaluator:
         matchers = self._matchers(tree, scope)
         resolved = {key: self._resolve(text, spellings, matchers, tree.target) for key, text in texts.items()}
         jobs = _jobs(resolved, offsets, at)
-        answers = await self._run(jobs, tree.target)
+        answers = self._young(await self._run(jobs, tree.target), at)
         questions = _questions(tree, values, resolved, offsets, answers, at)
         targets = _targets(tree, resolved, answers, at, scope)
         traffic = None
@@ -82,6 +87,7 @@ class Evaluator:
         }
         explains = explanations(tree, values)
         results = tuple(diagnose_target(tree, key, questions, traffic, contexts, explains) for key in targets)
+        fleet = fleet_results(tree, questions, contexts)
         notes.extend(_partial_notes(jobs, answers))
         return Diagnosis(
             symptom=tree.id,
@@ -92,7 +98,21 @@ class Evaluator:
             targets=results,
             queries=len(jobs),
             notes=tuple(notes),
+            fleet=fleet,
         )
+
+    def _young(self, answers: dict[Job, Answer], at: datetime) -> dict[Job, Answer]:
+        """Current answers whose window reaches before the history Prometheus holds, marked so."""
+        if self.history_start is None:
+            return answers
+        held = max(at - self.history_start, timedelta(0))
+        out = dict(answers)
+        for (query, when), answer in answers.items():
+            needs = promql.reach(promql.parse(query))
+            if when == at and needs > held:
+                why = f"Prometheus holds {_span(held)} of history; this query reads {_span(needs)}"
+                out[(query, when)] = replace(answer, short_history=why)
+        return out
 
     async def _spellings(
         self, texts: Iterable[str], start: datetime, end: datetime
@@ -108,30 +128,77 @@ class Evaluator:
                 f"metric name discovery unsupported ({error.detail}); names used as written"
             ]
         spellings = {name: [v for v in variants if v in present] for name, variants in candidates.items()}
+        declared = await self._declared(candidates, spellings, end)
+        for name, found in declared.items():
+            spellings[name] = found
+        known = set(present) | {v for found in declared.values() for v in found}
         # One note per exporter family none of whose names exists in any spelling (SGLang is not
         # absent where vLLM is there); a single missing name shows on the checks that need it.
         seen: set[str] = set()
-        if asked := probes(candidates, present):
+        if asked := probes(candidates, known):
             try:
                 seen = set(await self.source.metric_names(asked, start, end))
             except QueryRejected:
                 seen = set()
-        return spellings, absent_notes(candidates, present, seen=seen)
+        notes = absent_notes(candidates, known, seen=seen)
+        if declared:
+            spelled = ", ".join(sorted({v for found in declared.values() for v in found}))
+            notes.append(
+                f"counters declared by the targets' metadata with no series yet (no events, counted as 0 "
+                f"where a check says absent_as_zero): {spelled}"
+            )
+        return spellings, notes
+
+    async def _declared(
+        self, candidates: Mapping[str, Sequence[str]], spellings: Mapping[str, list[str]], end: datetime
+    ) -> dict[str, list[str]]:
+        """Names without series whose family a target declares as a counter: no events yet, not absent.
+
+        Exporters create a labelled counter's series at its first event (LiteLLM's failure,
+        fallback and cooldown counters) but expose its `# TYPE` from the start, and Prometheus
+        keeps that metadata for its active targets. Metadata describes now, so it is asked only
+        for a diagnosis within `lookback` of now; a post-mortem keeps such names absent.
+        """
+        missing = {name: variants for name, variants in candidates.items() if not spellings.get(name)}
+        if not missing or datetime.now(UTC) - end > self.lookback:
+            return {}
+        types = await declared_types(self.source, {v for variants in missing.values() for v in variants})
+        if not types:
+            return {}
+        out: dict[str, list[str]] = {}
+        for name, variants in missing.items():
+            found = [v for v in variants if types.get(v) == "counter"]
+            if found:
+                out[name] = found
+        return out
 
     def _matchers(self, tree: Tree, scope: Scope) -> list[ScopeMatcher]:
-        # Lenient even for target labels: node_exporter series have no namespace, HPA series no pod,
-        # and they still join into a pod's checks. Targets are filtered by the scope afterwards.
+        # Lenient even for target labels: a GPU series without a pod, an engine series without
+        # model_name still join into a pod's checks. The rewrite puts lenient matchers only on
+        # series that identify the target (never node, workload or autoscaler series, nor
+        # `@unscoped` parts; diagnosd/topology); strict ones everywhere. Targets are filtered by
+        # the scope afterwards.
         return [ScopeMatcher(label, value, label in self.strict_labels) for label, value in scope.pairs]
 
     def _resolve(
         self, text: str, spellings: Mapping[str, list[str]], matchers: list[ScopeMatcher], target: Sequence[str] = ()
     ) -> Resolved:
-        names = promql.selector_names(promql.parse(text))
-        absent = tuple(n for n in names if not spellings.get(n))
+        expr = promql.parse(text)
+        names = promql.selector_names(expr)
+        # A recipe's join sources are alternatives (kube_node_info or kube_pod_info...): absent
+        # only when all of them are; the rule's own names decide whether everything is absent.
+        joins = promql.join_names(expr)
+        own = [n for n in names if n not in joins]
+        missing = [n for n in names if not spellings.get(n)]
+        if any(spellings.get(n) for n in joins):
+            missing = [n for n in missing if n not in joins]
+        absent = tuple(missing)
+        decisive = own or names
+        all_absent = bool(decisive) and all(not spellings.get(n) for n in decisive)
         # Newest spelling first: where a target has several, the rewrite keeps the first one's answer.
         present = {n: self._newest_first(n, spellings[n]) for n in names if spellings.get(n)}
         query = rewrite(text, present, matchers, target)
-        return Resolved(query, absent, bool(names) and len(absent) == len(names))
+        return Resolved(query, absent, all_absent)
 
     def _newest_first(self, name: str, found: list[str]) -> list[str]:
         order = {spelling: rank for rank, spelling in enumerate(self.aliases.newest_first(name))}
@@ -152,22 +219,52 @@ class Evaluator:
 
 
 def _texts(tree: Tree, values: P.Params) -> dict[str, str]:
-    """Every query of the tree with params substituted, by the key of what asks it."""
-    out = {"detect": promql.substitute(tree.detect.query, values, tree.target)}
+    """Every query of the tree with params substituted, by the key of what asks it.
+
+    A sustained comparison asks two: its quantile over the window (judged) and, as `key~now`,
+    the plain value now (shown beside it).
+    """
+    out: dict[str, str] = {}
+    for key, leaf in _leaves(tree):
+        query, _ = leaf.comparison()
+        out[key] = promql.substitute(sustained_query(leaf, values), values, tree.target)
+        if leaf.sustained is not None:
+            out[f"{key}~now"] = promql.substitute(query, values, tree.target)
     if tree.traffic is not None:
         out["traffic"] = promql.substitute(tree.traffic.query, values, tree.target)
     for node, _ in walk(list(tree.nodes)):
         if isinstance(node, CheckNode):
-            out[node.id] = promql.substitute(node.query, values, tree.target)
             for context in node.context:
                 out[f"{node.id}.{context.id}"] = promql.substitute(context.query, values, tree.target)
     return out
 
 
-def _compares(tree: Tree) -> dict[str, Compare]:
-    out = {"detect": tree.detect.compare}
-    out.update({node.id: node.compare for node, _ in walk(list(tree.nodes)) if isinstance(node, CheckNode)})
+def _leaves(tree: Tree) -> list[tuple[str, Conditional]]:
+    """Every simple comparison of the tree: the detect's and each check's, `key/condition` inside all / any."""
+    out = leaves("detect", tree.detect)
+    for node, _ in walk(list(tree.nodes)):
+        if isinstance(node, CheckNode):
+            out += leaves(node.id, node)
     return out
+
+
+def sustained_query(leaf: Conditional, values: P.Params) -> str:
+    """The query a comparison is judged on: a sustained one becomes a quantile over its window.
+
+    Held above T in `share` of the steps means the (1 - share) quantile is above T (below: the
+    share quantile below T); one noisy dip moves a quantile a little, a minimum all the way.
+    """
+    query, compare = leaf.comparison()
+    if leaf.sustained is None:
+        return query
+    share = P.number(leaf.sustained.share, values)
+    q = 1 - share if compare.operator.endswith("above") else share
+    window = f"{leaf.sustained.for_}:{leaf.sustained.step}"
+    return f"quantile_over_time({promql.render_value(round(q, 6))}, ({query})[{window}])"
+
+
+def _compares(tree: Tree) -> dict[str, Compare]:
+    return {key: leaf.comparison()[1] for key, leaf in _leaves(tree)}
 
 
 def _offsets(tree: Tree, values: P.Params) -> dict[str, timedelta]:
@@ -181,14 +278,18 @@ def _jobs(resolved: Mapping[str, Resolved], offsets: Mapping[str, timedelta], at
 
 
 def _answer(samples: list[Sample], target: list[str]) -> Answer:
+    """Samples by target key; those without any target label are fleet-level, kept apart.
+
+    A sample with only some of the target labels names no target and is dropped.
+    """
     by_target: dict[Key, list[Sample]] = {}
-    everywhere: list[Sample] = []
+    fleet: list[Sample] = []
     for sample in samples:
         if all(label in sample.labels for label in target):
             by_target.setdefault(tuple(sample.labels[label] for label in target), []).append(sample)
         elif not any(label in sample.labels for label in target):
-            everywhere.append(sample)
-    return Answer(by_target=by_target, everywhere=everywhere, warnings=warnings_of(samples))
+            fleet.append(sample)
+    return Answer(by_target=by_target, fleet=fleet, warnings=warnings_of(samples))
 
 
 def _partial_notes(jobs: set[Job], answers: Mapping[Job, Answer]) -> list[str]:
@@ -212,20 +313,12 @@ def _questions(
     answers: Mapping[Job, Answer],
     at: datetime,
 ) -> dict[str, Question]:
-    nodes: list[tuple[str, NodeKind, Text, Compare, CheckNode | None, str | None]] = [
-        ("detect", NodeKind.DETECT, tree.detect.title, tree.detect.compare, None, tree.detect.unit)
-    ]
-    nodes += [
-        (n.id, NodeKind.CHECK, n.title, n.compare, n, n.unit)
-        for n, _ in walk(list(tree.nodes))
-        if isinstance(n, CheckNode)
-    ]
-    out: dict[str, Question] = {}
-    for key, kind, title, compare, check, unit in nodes:
+    def leaf(key: str, kind: NodeKind, title: Text, item: Conditional) -> Question:
         r = resolved[key]
+        raw, compare = item.comparison()
         baseline_at = at - offsets[key] if key in offsets else None
-        raw = check.query if check else tree.detect.query
-        out[key] = Question(
+        sustained = item.sustained
+        return Question(
             id=key,
             kind=kind,
             title=title,
@@ -237,21 +330,47 @@ def _questions(
             baseline_at=baseline_at,
             absent=r.absent,
             all_absent=r.all_absent,
-            value_label=check.value_label if check else None,
-            absent_as_zero=check.absent_as_zero if check else False,
-            unit=unit,
+            value_label=item.value_label,
+            absent_as_zero=item.absent_as_zero,
+            unit=item.unit,
             assumed=P.assumed_in(f"{raw} {compare.threshold}", tree, values),
+            sustained=None if sustained is None else (_for(sustained.for_, values), P.number(sustained.share, values)),
+            current=answers[(resolved[f"{key}~now"].query, at)] if sustained is not None else None,
         )
+
+    def ask(key: str, kind: NodeKind, title: Text, item: Conditional) -> Question:
+        if item.combine is None:
+            return leaf(key, kind, title, item)
+        parts = tuple(ask(f"{key}/{c.id}", NodeKind.CHECK, c.title, c) for c in item.conditions)
+        # The node's headline numbers are its first condition's; its verdict combines them all.
+        return replace(parts[0], id=key, kind=kind, title=title, combine=item.combine, conditions=parts)
+
+    out = {"detect": ask("detect", NodeKind.DETECT, tree.detect.title, tree.detect)}
+    for node, _ in walk(list(tree.nodes)):
+        if isinstance(node, CheckNode):
+            out[node.id] = ask(node.id, NodeKind.CHECK, node.title, node)
     return out
+
+
+def _for(raw: str, values: P.Params) -> str:
+    return str(values[raw[1:]]) if raw.startswith("$") else raw
 
 
 def _targets(
     tree: Tree, resolved: Mapping[str, Resolved], answers: Mapping[Job, Answer], at: datetime, scope: Scope
 ) -> list[Key]:
     """Targets are what the symptom's own query sees; failing that, anything any check saw."""
-    detect = answers[(resolved["detect"].query, at)]
-    keys = set(detect.by_target)
+    detect = [answers[(r.query, at)] for key, r in resolved.items() if key == "detect" or key.startswith("detect/")]
+    keys = {k for answer in detect for k in answer.by_target}
     if not keys:
         keys = {k for (_, when), answer in answers.items() if when == at for k in answer.by_target}
     wanted = {i: value for i, label in enumerate(tree.target) for name, value in scope.pairs if name == label}
     return sorted(k for k in keys if all(k[i] == value for i, value in wanted.items()))
+
+
+def _span(delta: timedelta) -> str:
+    seconds = int(delta.total_seconds())
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds // size}{unit}"
+    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"

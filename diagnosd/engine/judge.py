@@ -28,13 +28,27 @@ class Answer:
     """One query's outcome at one time: samples by target key, or the error that prevented it."""
 
     by_target: Mapping[Key, list[Sample]] = field(default_factory=dict)
-    everywhere: list[Sample] = field(default_factory=list)
+    # Samples without any target label (a `sum` over everything, a node or cluster series): a
+    # fleet-level fact. Never applied to a target: an idle GPU somewhere is no model's root cause.
+    fleet: list[Sample] = field(default_factory=list)
     error: SourceError | None = None
     # The backend's warnings: the answer is partial (Thanos / Mimir with a store missing).
     warnings: tuple[str, ...] = ()
+    # Set when the query reads further back than Prometheus holds history: what it read is partial.
+    short_history: str | None = None
 
     def samples(self, key: Key) -> list[Sample]:
-        return self.by_target.get(key, []) or self.everywhere
+        """This target's samples; never the fleet-level ones (those have no target to belong to)."""
+        return list(self.by_target.get(key, []))
+
+    @property
+    def fleet_level(self) -> bool:
+        """Only samples without target labels: one fleet-wide value, judged once, not per target."""
+        return self.error is None and not self.by_target and bool(self.fleet)
+
+    def as_fleet(self) -> Answer:
+        """The fleet-level samples as the answer for the empty key `()`: how a fleet result is judged."""
+        return replace(self, by_target={(): list(self.fleet)} if self.fleet else {}, fleet=[])
 
 
 @dataclass(frozen=True)
@@ -56,6 +70,13 @@ class Question:
     absent_as_zero: bool = False
     unit: str | None = None
     assumed: Mapping[str, float | str] = field(default_factory=dict)
+    # all / any of `conditions` (then the fields above repeat the first condition's).
+    combine: str | None = None
+    conditions: tuple[Question, ...] = ()
+    # Sustained: the query is a quantile over `sustained[0]` held in share `sustained[1]`;
+    # `current` answers the plain value now, shown beside it.
+    sustained: tuple[str, float] | None = None
+    current: Answer | None = None
 
 
 @dataclass(frozen=True)
@@ -68,9 +89,55 @@ class Judged:
 
 
 def judge(question: Question, key: Key, context: Mapping[str, float | None] | None = None) -> Judged:
+    if question.conditions:
+        return _combine(question, [judge(c, key) for c in question.conditions], context)
     judged = _judge(question, key, context)
     warnings = question.now.warnings + (question.baseline.warnings if question.baseline is not None else ())
     return _partial(judged, tuple(dict.fromkeys(warnings))) if warnings else judged
+
+
+def _combine(question: Question, parts: Sequence[Judged], context: Mapping[str, float | None] | None) -> Judged:
+    """all: matched when every part is, clear when any is; any: the reverse; else unknown.
+
+    An unknown part never turns into clear: it leaves the whole unknown unless another part decides.
+    """
+    any_ = question.combine == "any"
+    decides, follows = (Verdict.MATCHED, Verdict.CLEAR) if any_ else (Verdict.CLEAR, Verdict.MATCHED)
+    verdicts = [p.verdict for p in parts]
+    evidences = tuple(
+        replace(p.evidence, title=c.title, verdict=p.verdict, reason=p.reason, detail=p.detail)
+        for c, p in zip(question.conditions, parts, strict=True)
+        if p.evidence is not None
+    )
+    head = evidences[0] if evidences else None
+    warnings = tuple(dict.fromkeys(w for e in evidences for w in e.warnings))
+    evidence = (
+        replace(
+            head,
+            title=None,
+            verdict=None,
+            reason=None,
+            detail=None,
+            check=question.id,
+            combine=question.combine,
+            conditions=evidences,
+            context=context or {},
+            warnings=warnings,
+        )
+        if head is not None
+        else None
+    )
+    if decides in verdicts:
+        deciding = [p.excess for p in parts if p.verdict is decides]
+        excess = max(deciding) if decides is Verdict.MATCHED else 0.0
+        return Judged(decides, evidence=evidence, excess=excess)
+    if all(v is follows for v in verdicts):
+        # all matched: as strong as its first condition (the measurement; the rest gate it).
+        excess = parts[0].excess if follows is Verdict.MATCHED else 0.0
+        return Judged(follows, evidence=evidence, excess=excess)
+    open_ = [(c, p) for c, p in zip(question.conditions, parts, strict=True) if p.verdict not in (decides, follows)]
+    detail = "; ".join(f"{c.id.rsplit('/', 1)[-1]}: {p.detail or p.reason or p.verdict}" for c, p in open_)
+    return Judged(Verdict.UNKNOWN, open_[0][1].reason, detail, evidence)
 
 
 def _partial(judged: Judged, warnings: tuple[str, ...]) -> Judged:
@@ -106,6 +173,9 @@ def _judge(question: Question, key: Key, context: Mapping[str, float | None] | N
             reason = Reason.NO_BASELINE if problem[0] in (Reason.NO_DATA, Reason.ZERO_OVER_ZERO) else problem[0]
             return Judged(Verdict.UNKNOWN, reason, f"baseline: {problem[1]}", evidence)
         evidence = _with(evidence, baseline=baseline)
+    if question.sustained is not None:
+        now, _ = _value(question, question.current, key, current=True) if question.current else (None, None)
+        evidence = _with(evidence, current=now, sustained_for=question.sustained[0], share=question.sustained[1])
     compared = evidence.compared
     assert compared is not None
     matched, excess = _compare(question.compare.operator, compared, question.threshold)
@@ -144,8 +214,12 @@ def _value(
     if answer.error is not None:
         reason = Reason.TIMEOUT if isinstance(answer.error, SourceTimeout) else Reason.QUERY_ERROR
         return None, (reason, answer.error.detail)
+    if answer.short_history is not None:
+        return None, (Reason.SHORT_HISTORY, answer.short_history)
     samples = answer.samples(key)
     if not samples:
+        if answer.fleet_level:
+            return None, (Reason.FLEET_LEVEL, "the answer has no target labels: see fleet-wide")
         if question.all_absent:
             return None, (Reason.METRIC_ABSENT, f"no series of {', '.join(question.absent)} on this Prometheus")
         if question.absent_as_zero:

@@ -20,6 +20,19 @@ own), at a subquery (the choice is made at each step inside it), at `scalar()` a
 aggregation that drops a target label (a fleet-wide sum picks per series, so a fleet of mixed
 releases is still counted once each). `absent()` and `absent_over_time()` keep the one regex
 selector: a metric is absent only when every spelling is.
+
+Scope matchers follow the topology (diagnosd/topology): a strict matcher (a label every series
+carries, such as the isolation label of series tests or a `cluster`) goes on every selector; a
+lenient one only on selectors of series that identify the target (engines, gateways, kube_pod_*,
+dcgm-exporter), never on node, workload or autoscaler series (in a Prometheus Operator setup those
+carry the exporter's own `namespace` and `pod`) nor inside an `@unscoped(...)` part.
+
+dcgm-exporter and kube-state-metrics series may carry the pod's labels as `exported_namespace` /
+`exported_pod` / `exported_container` (`honorLabels: false`): each of their selectors is evaluated
+with those copied to the plain names, and scoped by them:
+
+    max by (pod) (DCGM_X)  ->  max by (pod) (label_replace(...(DCGM_X{exported_pod!="", exported_pod=~"v|"}...)
+                                             or DCGM_X{exported_pod="", pod=~"v|"})
 """
 
 from __future__ import annotations
@@ -30,6 +43,9 @@ from dataclasses import dataclass
 
 import promql_parser as pp
 
+from diagnosd.topology import JOIN_MARK, UNSCOPED_MARK, Level, exporter_labels_renamed, level_of
+from diagnosd.topology.levels import RENAMED_LABELS
+
 # Characters RE2 treats specially; everything else matches itself.
 REGEX_SPECIAL = set(r"\.+*?()|[]{}^$")
 # Functions over which the spellings are matched together by one regex selector.
@@ -37,6 +53,8 @@ ABSENCE = frozenset({"absent", "absent_over_time"})
 # Functions the per-spelling choice does not climb past (their result is no vector to `or`).
 OPAQUE = frozenset({"scalar"}) | ABSENCE
 PICK = "__diagnosd_pick_{}__"
+# Marks a selector of a family whose pod labels may be renamed `exported_*` (value: scoped or not).
+NORM = "__diagnosd_norm__"
 
 
 @dataclass(frozen=True)
@@ -67,7 +85,12 @@ def rewrite(
     def visit(node: pp.Expr) -> pp.Expr | None:
         if not isinstance(node, pp.VectorSelector):
             return None
-        extra = list(node.matchers.matchers)
+        written = list(node.matchers.matchers)
+        extra = [m for m in written if m.name not in (UNSCOPED_MARK, JOIN_MARK)]
+        scoped = (
+            not any(m.name == UNSCOPED_MARK for m in written) and level_of(node.name or _name_of(node)) is Level.TARGET
+        )
+        renamed = exporter_labels_renamed(node.name or _name_of(node))
         spellings = list(names.get(node.name, ())) if node.name else []
         if len(spellings) == 1:
             node.name = spellings[0]
@@ -76,8 +99,12 @@ def rewrite(
             node.name = PICK.format(len(picks))
             picks[node.name] = spellings
         for index, matcher in enumerate(matchers):
-            op = pp.MatchOp.Equal if matcher.strict else pp.MatchOp.Re
-            extra.append(pp.Matcher(op, matcher.label, f"__diagnosd_scope_{index}__"))
+            if matcher.strict:
+                extra.append(pp.Matcher(pp.MatchOp.Equal, matcher.label, f"__diagnosd_scope_{index}__"))
+            elif scoped and not renamed:
+                extra.append(pp.Matcher(pp.MatchOp.Re, matcher.label, f"__diagnosd_scope_{index}__"))
+        if renamed:
+            extra.append(pp.Matcher(pp.MatchOp.Equal, NORM, "scoped" if scoped else "unscoped"))
         node.matchers = pp.Matchers(extra)
         # promql-parser ignores a mutated node that is returned as is: hand back a fresh parse.
         return pp.parse(str(node))
@@ -85,6 +112,8 @@ def rewrite(
     expr = pp.transform(pp.parse(text), pre_visit=visit)
     if picks:
         expr = _split(expr, picks, frozenset(target))
+    lenient = [(index, m.label) for index, m in enumerate(matchers) if not m.strict]
+    expr = _normalise(expr, lenient)
     out = str(expr)
     for placeholder, literal in literals.items():
         out = out.replace(f'"{placeholder}"', literal)
@@ -131,6 +160,80 @@ def _split(expr: pp.Expr, picks: Mapping[str, list[str]], target: Set[str]) -> p
 
     # Whatever was not fanned out matches all its spellings in one regex selector.
     return pp.transform(pp.transform(expr, post_visit=replace), post_visit=leftover)
+
+
+def _name_of(node: pp.VectorSelector) -> str | None:
+    for matcher in node.matchers.matchers:
+        if matcher.name == "__name__" and str(matcher.op) == "MatchOp.Equal":
+            return str(matcher.value)
+    return None
+
+
+def _normalise(expr: pp.Expr, lenient: Sequence[tuple[int, str]]) -> pp.Expr:
+    """Copy `exported_*` pod labels to the plain names on every NORM-marked selector (see above).
+
+    The copy is made on the smallest instant vector holding the selector: the selector itself, or
+    the function over its range (`rate(x[5m])`).
+    """
+    stack: list[pp.Expr] = []
+
+    def enter(node: pp.Expr) -> None:
+        stack.append(node)
+
+    def replace(node: pp.Expr) -> pp.Expr | None:
+        stack.pop()
+        parent = stack[-1] if stack else None
+        if isinstance(node, pp.VectorSelector) and not isinstance(parent, pp.MatrixSelector):
+            anchor = _marked(node)
+        elif isinstance(node, pp.Call):
+            anchor = any(isinstance(a, pp.MatrixSelector) and _marked(a) for a in node.args)
+        else:
+            anchor = False
+        return pp.parse(_normalised(str(node), lenient)) if anchor else None
+
+    return pp.transform(expr, pre_visit=enter, post_visit=replace)
+
+
+def _marked(node: pp.Expr) -> bool:
+    found = False
+
+    def visit(child: pp.Expr) -> None:
+        nonlocal found
+        if isinstance(child, pp.VectorSelector) and any(m.name == NORM for m in child.matchers.matchers):
+            found = True
+
+    pp.walk(node, pre_visit=visit)
+    return found
+
+
+def _normalised(text: str, lenient: Sequence[tuple[int, str]]) -> str:
+    def variant(exported: bool | None) -> str:
+        def visit(node: pp.Expr) -> pp.Expr | None:
+            if not isinstance(node, pp.VectorSelector):
+                return None
+            marks = [m for m in node.matchers.matchers if m.name == NORM]
+            if not marks:
+                return None
+            kept = [m for m in node.matchers.matchers if m.name != NORM]
+            if exported is not None:
+                kept.append(pp.Matcher(pp.MatchOp.NotEqual if exported else pp.MatchOp.Equal, "exported_pod", ""))
+                for index, label in lenient:
+                    name = f"exported_{label}" if exported and label in RENAMED_LABELS else label
+                    kept.append(pp.Matcher(pp.MatchOp.Re, name, f"__diagnosd_scope_{index}__"))
+            node.matchers = pp.Matchers(kept)
+            return pp.parse(str(node))
+
+        return str(pp.transform(pp.parse(text), pre_visit=visit))
+
+    def copied(inner: str) -> str:
+        for label in RENAMED_LABELS:
+            inner = f'label_replace({inner}, "{label}", "$1", "exported_{label}", "(.+)")'
+        return inner
+
+    scoped = '"scoped"' in text and bool(lenient)
+    if not scoped:
+        return copied(variant(None))
+    return f"({copied(variant(True))} or {variant(False)})"
 
 
 def _climbs(parent: pp.Expr, target: Set[str]) -> bool:

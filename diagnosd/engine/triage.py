@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
 from diagnosd.engine import params as P
@@ -27,10 +27,10 @@ from diagnosd.engine.scope import Scope
 from diagnosd.errors import QueryRejected, SourceError, SourceTimeout, SourceUnavailable
 from diagnosd.findings import triage as T
 from diagnosd.findings.model import Diagnosis, Reason, TargetDiagnosis
-from diagnosd.sources.base import QuerySource, Sample
+from diagnosd.sources.base import QuerySource, Sample, declared_types
 from diagnosd.trees import families, promql
 from diagnosd.trees.aliases import Aliases
-from diagnosd.trees.model import Tree
+from diagnosd.trees.model import Tree, leaves
 
 Key = tuple[str, ...]
 Params = Mapping[str, Mapping[str, float | str]]
@@ -69,6 +69,9 @@ class _Recorder:
         self.present |= found
         return found
 
+    async def metadata(self, names: Collection[str]) -> dict[str, str] | None:
+        return await declared_types(self._inner, names)
+
 
 @dataclass
 class _Look:
@@ -99,6 +102,7 @@ async def triage(
     params: Params | None = None,
     strict_labels: Sequence[str] = (),
     concurrency: int = 4,
+    history_start: datetime | None = None,
 ) -> T.Board:
     """The board for `scope` at `at` (default now). Raises the source's error when nothing at all
     could be looked at because Prometheus failed (unreachable first), never an empty board."""
@@ -111,7 +115,7 @@ async def triage(
 
     async def one(tree: Tree) -> _Look:
         async with limit:
-            return await _look(source, tree, aliases, scope, at, params.get(tree.id), strict_labels)
+            return await _look(source, tree, aliases, scope, at, params.get(tree.id), strict_labels, history_start)
 
     looks = await asyncio.gather(*(one(tree) for tree in ordered))
     board = _board(looks, scope, at)
@@ -129,10 +133,11 @@ async def _look(
     at: datetime,
     overrides: Mapping[str, float | str] | None,
     strict_labels: Sequence[str],
+    history_start: datetime | None = None,
 ) -> _Look:
     look = _Look(tree)
     recorder = _Recorder(source)
-    evaluator = Evaluator(recorder, aliases, strict_labels=strict_labels)
+    evaluator = Evaluator(recorder, aliases, strict_labels=strict_labels, history_start=history_start)
     try:
         detected = await evaluator.diagnose(_detect_only(tree), scope, at, overrides)
     except SourceError as error:
@@ -150,17 +155,21 @@ async def _look(
             look.names, look.absent = _absent(tree, overrides, aliases, recorder)
             # The detect-only pass asks two things at most: now, and its baseline (at another time).
             past = [samples for (_, when), samples in recorder.answers.items() if when != at]
-            if tree.detect.compare.baseline is not None and past and not any(past):
+            if _has_baseline(tree) and past and not any(past):
                 look.baseline_missing = _duration(at - min(w for (_, w) in recorder.answers if w != at))
         return look
     look.unseen = [_why(tree, t, recorder, at) for t in detected.targets if t.symptom_present is None]
+    if look.unseen and all(reason == T.METRIC_ABSENT for reason, _ in look.unseen):
+        # A compound detect sees targets through one condition while another's exporter is missing.
+        look.names, look.absent = _absent(tree, overrides, aliases, recorder)
     matched = [t for t in detected.targets if t.symptom_present is True]
     if not matched:
         return look
     walker = _Recorder(source)
     full: Diagnosis | None = None
     try:
-        full = await Evaluator(walker, aliases, strict_labels=strict_labels).diagnose(tree, scope, at, overrides)
+        walk = Evaluator(walker, aliases, strict_labels=strict_labels, history_start=history_start)
+        full = await walk.diagnose(tree, scope, at, overrides)
     except SourceError as error:
         look.walk_failed = error
     else:
@@ -202,11 +211,16 @@ def _why(tree: Tree, target: TargetDiagnosis, recorder: _Recorder, at: datetime)
     """Why this target's detect is unknown; a baseline with nothing for the target is "no baseline yet"."""
     detect = target.detect
     evidence = detect.evidence
-    if tree.detect.compare.baseline is not None and evidence is not None and evidence.baseline_at is not None:
+    if _has_baseline(tree) and evidence is not None and evidence.baseline_at is not None:
         past = recorder.answers.get((evidence.query, evidence.baseline_at))
         if detect.reason is Reason.NO_BASELINE or (past is not None and not _has(past, tree, target.labels)):
             return T.NO_BASELINE, f"nothing {_duration(at - evidence.baseline_at)} ago to compare with"
     return str(detect.reason or T.NO_DATA), detect.detail or ""
+
+
+def _has_baseline(tree: Tree) -> bool:
+    """Whether any condition of the detect compares with a baseline."""
+    return any(leaf.comparison()[1].baseline is not None for _, leaf in leaves("detect", tree.detect))
 
 
 def _has(samples: Sequence[Sample], tree: Tree, labels: Mapping[str, str]) -> bool:
@@ -229,8 +243,9 @@ def _duration(delta: timedelta) -> str:
 def _absent(
     tree: Tree, overrides: Mapping[str, float | str] | None, aliases: Aliases, recorder: _Recorder
 ) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    text = promql.substitute(tree.detect.query, P.effective(tree, overrides), tree.target)
-    names = tuple(promql.selector_names(promql.parse(text)))
+    values = P.effective(tree, overrides)
+    texts = [promql.substitute(leaf.comparison()[0], values, tree.target) for _, leaf in leaves("detect", tree.detect)]
+    names = tuple(dict.fromkeys(n for text in texts for n in promql.selector_names(promql.parse(text))))
     if not recorder.names_known:
         return names, ()
     return names, tuple(n for n in names if not any(v in recorder.present for v in aliases.variants(n)))
@@ -293,6 +308,19 @@ def _grouped(reasons: Iterable[tuple[str, str]]) -> tuple[T.Unseen, ...]:
     return tuple(T.Unseen(reason, detail, count) for reason, (detail, count) in counts.items())
 
 
+def _shared_causes(present: Sequence[T.Present]) -> Callable[[T.Present], int]:
+    """For a present symptom: how many present symptoms name the same top cause on one of its targets."""
+    count: dict[tuple[tuple[tuple[str, str], ...], str], int] = {}
+    for p in present:
+        for key in {(tuple(sorted(h.labels.items())), h.cause.cause) for h in p.hits if h.cause}:
+            count[key] = count.get(key, 0) + 1
+
+    def shared(p: T.Present) -> int:
+        return max((count[(tuple(sorted(h.labels.items())), h.cause.cause)] for h in p.hits if h.cause), default=0)
+
+    return shared
+
+
 def _board(looks: Sequence[_Look], scope: Scope, at: datetime) -> T.Board:
     everywhere = set().union(*(look.present_names for look in looks))
     present: list[T.Present] = []
@@ -317,10 +345,16 @@ def _board(looks: Sequence[_Look], scope: Scope, at: datetime) -> T.Board:
             unknown.append(T.Unknown(tree.id, tree.title, (_absence(look, everywhere),)))
         elif unseen:
             cleared = sum(t.symptom_present is False for t in look.targets)
+            if look.absent and (absence := _absence(look, everywhere)).reason == T.EXPORTER_ABSENT:
+                unseen = (replace(absence, targets=len(look.unseen)),)
             unknown.append(T.Unknown(tree.id, tree.title, unseen, cleared))
         else:
             clear.append(T.Clear(tree.id, tree.title, len(look.targets)))
-    present.sort(key=lambda p: (-T.SEVERITY_RANK[p.severity], -len(p.hits), p.symptom))
+    shared = _shared_causes(present)
+    # Worst first; among equals, a cause several symptoms of one target share leads (it is what to
+    # fix: a full KV pool shows as a backlog and as memory high with QPS low), then the symptom
+    # seen on more targets; the rest keep the seed's order (stable sort), not the alphabet.
+    present.sort(key=lambda p: (-T.SEVERITY_RANK[p.severity], -shared(p), -len(p.hits)))
     return T.Board(
         evaluated_at=at,
         scope=scope.as_dict(),

@@ -3,6 +3,8 @@
 A matched cause that another matched cause explains (the tree's `explains`) is a consequence,
 shown under its cause and never a root cause; the rest rank by severity, then by how specific
 (deep in the seed's drawing) their branch is, then by how far past its threshold the check is.
+An explanation holds only where the explaining cause is at least as severe, was not seen in a
+partial answer alone while the explained one was fully seen, and (with `slack`) is large enough.
 """
 
 from __future__ import annotations
@@ -150,20 +152,65 @@ def _rank_key(c: RootCause) -> tuple[int, int, float]:
     return (SEVERITY_ORDER.get(c.severity, len(SEVERITY_ORDER)), -c.depth, -c.excess)
 
 
-def _change(c: RootCause) -> float | None:
+def _change(c: RootCause, rest: bool = False) -> float | None:
     """The change on the cause's branch (its own ratio check, else the nearest one above it) as a
-    factor >= 1: ×3 up and ÷3 down are both 3."""
-    ratios = [e for e in c.evidence if e.operator.startswith("ratio_")]
-    compared = ratios[-1].compared if ratios else None
+    factor >= 1: ×3 up and ÷3 down are both 3. Of an all / any check, its first ratio condition.
+
+    With `rest`, a share (unit `ratio`, 0-1) that fell is sized by the rest of the share: hits
+    0.9 -> 0.5 (÷1.8) leave misses 0.1 -> 0.5 (×5), the work they add."""
+    last = _last_ratio(c)
+    if last is None:
+        return None
+    compared = last.compared
+    if rest and last.operator == "ratio_below" and last.unit == "ratio":
+        compared = _rest_of_share(last.value, last.baseline)
     if compared is None or math.isnan(compared) or compared <= 0:
         return None
     return compared if compared >= 1 else 1 / compared
 
 
+def _last_ratio(c: RootCause) -> Evidence | None:
+    ratios = [r for r in (_first_ratio(e) for e in c.evidence) if r is not None]
+    return ratios[-1] if ratios else None
+
+
+def _rest_of_share(value: float | None, baseline: float | None) -> float | None:
+    if value is None or baseline is None or not (0 <= value <= 1 and 0 <= baseline < 1):
+        return None
+    return (1 - value) / (1 - baseline)
+
+
+def _first_ratio(e: Evidence) -> Evidence | None:
+    if not e.conditions:
+        return e if e.operator.startswith("ratio_") else None
+    return next((r for r in map(_first_ratio, e.conditions) if r is not None), None)
+
+
+def _partial(c: RootCause) -> bool:
+    """Whether any answer behind the cause's match came with warnings (a store or ingester missing)."""
+
+    def seen_partially(e: Evidence) -> bool:
+        return bool(e.warnings) or any(seen_partially(x) for x in e.conditions)
+
+    return any(seen_partially(e) for e in c.evidence)
+
+
 def _accounts_for(cause: RootCause, other: RootCause, slack: float | None) -> bool:
+    """Whether `cause`, matched together with `other`, is shown as what produced it."""
+    # An explanation never demotes a more severe cause: both stay root causes.
+    if _rank_key(cause)[0] > _rank_key(other)[0]:
+        return False
+    # A partial answer can show a problem but never rule one out: a match seen only with a store
+    # missing does not move a fully observed cause out of the root causes.
+    if _partial(cause) and not _partial(other):
+        return False
     if slack is None:
         return True
-    big, small = _change(cause), _change(other)
+    # A share that fell explains a quantity that grew by what it left over (misses, not hits);
+    # against another falling share, by its own factor.
+    explained = _last_ratio(other)
+    grew = explained is not None and explained.operator == "ratio_above"
+    big, small = _change(cause, rest=grew), _change(other)
     if big is None or small is None:
         return False  # the sizes cannot be compared: the explanation is not established
     return small <= big * slack

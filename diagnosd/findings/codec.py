@@ -13,7 +13,7 @@ from typing import Any
 
 from diagnosd.findings.fingerprint import labels_key
 from diagnosd.findings.lifecycle import Finding, Phase, ResolvedBy, State, Trigger
-from diagnosd.findings.model import Evidence, RootCause
+from diagnosd.findings.model import Evidence, Reason, RootCause, Verdict
 from diagnosd.trees.model import Severity, Text
 
 
@@ -67,6 +67,17 @@ def encode_evidence(e: Evidence) -> dict[str, Any]:
         "assumed": dict(e.assumed),
         "context": {k: number(v) for k, v in e.context.items()},
         "warnings": list(e.warnings),
+        # all / any: each condition's own evidence (the fields above repeat the first one's).
+        "combine": e.combine,
+        "conditions": [encode_evidence(c) for c in e.conditions],
+        "title": text(e.title) if e.title else None,
+        "verdict": str(e.verdict) if e.verdict else None,
+        "reason": str(e.reason) if e.reason else None,
+        "detail": e.detail,
+        # Sustained: `value` held in `share` of `sustained_for`; `current` is the value now.
+        "sustained": (
+            {"for": e.sustained_for, "share": e.share, "current": number(e.current)} if e.sustained_for else None
+        ),
     }
 
 
@@ -83,6 +94,15 @@ def decode_evidence(data: dict[str, Any]) -> Evidence:
         assumed=dict(data.get("assumed") or {}),
         context={k: _float(v) for k, v in (data.get("context") or {}).items()},
         warnings=tuple(data.get("warnings") or ()),
+        combine=data.get("combine"),
+        conditions=tuple(decode_evidence(c) for c in data.get("conditions") or ()),
+        title=Text(**data["title"]) if data.get("title") else None,
+        verdict=Verdict(data["verdict"]) if data.get("verdict") else None,
+        reason=Reason(data["reason"]) if data.get("reason") else None,
+        detail=data.get("detail"),
+        current=_float((data.get("sustained") or {}).get("current")),
+        sustained_for=(data.get("sustained") or {}).get("for"),
+        share=(data.get("sustained") or {}).get("share"),
     )
 
 

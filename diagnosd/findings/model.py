@@ -35,6 +35,11 @@ class Reason(StrEnum):
     # The backend answered with warnings (a partial response): what it left out could clear nothing.
     PARTIAL = "partial"
     PARENT_NOT_MATCHED = "parent_not_matched"
+    # The query's answer has no target labels: a fleet-wide fact, reported once on the Diagnosis.
+    FLEET_LEVEL = "fleet_level"
+    # Prometheus holds less history than the query's window reads (a TSDB started minutes ago):
+    # rates over it are underestimates, not measurements.
+    SHORT_HISTORY = "short_history"
 
 
 class NodeKind(StrEnum):
@@ -61,6 +66,20 @@ class Evidence:
     context: Mapping[str, float | None] = field(default_factory=dict)
     # Warnings the backend returned with the answers behind this verdict (a partial response).
     warnings: tuple[str, ...] = ()
+    # `all` / `any`: the verdict combines `conditions`, each with its own evidence; the fields
+    # above then repeat the first condition's (the node's headline number).
+    combine: str | None = None
+    conditions: tuple[Evidence, ...] = ()
+    # Of a condition inside all / any: its evidence line, its own verdict and why it is unknown.
+    title: Text | None = None
+    verdict: Verdict | None = None
+    reason: Reason | None = None
+    detail: str | None = None
+    # Sustained (持续): `value` is the quantile held in `share` of the window `sustained_for`;
+    # `current` is the value at the evaluation time.
+    current: float | None = None
+    sustained_for: str | None = None
+    share: float | None = None
 
     @property
     def compared(self) -> float | None:
@@ -136,6 +155,18 @@ class TargetDiagnosis:
 
 
 @dataclass(frozen=True)
+class FleetResult:
+    """A check whose answer had no target labels: one fleet-wide fact, never a verdict on a target.
+
+    Each target shows the check `unknown (fleet_level)`; the fact itself is judged once, here.
+    """
+
+    check: CheckResult
+    # The check's conclusion where it matched: a fleet-level finding, never a target's root cause.
+    finding: RootCause | None = None
+
+
+@dataclass(frozen=True)
 class Diagnosis:
     symptom: str
     title: Text
@@ -146,3 +177,5 @@ class Diagnosis:
     queries: int
     # Scope-wide remarks: metrics absent on this Prometheus, defaults relied upon...
     notes: tuple[str, ...] = ()
+    # Checks answered only by samples without target labels, judged once for the whole scope.
+    fleet: tuple[FleetResult, ...] = ()

@@ -10,7 +10,7 @@ from diagnosd.findings.codec import encode_evidence as encode_evidence
 from diagnosd.findings.codec import number as number
 from diagnosd.findings.codec import text as text
 from diagnosd.findings.codec import timestamp as timestamp
-from diagnosd.findings.model import CheckResult, Diagnosis, TargetDiagnosis
+from diagnosd.findings.model import CheckResult, Diagnosis, FleetResult, TargetDiagnosis
 
 
 def diagnosis(d: Diagnosis) -> dict[str, Any]:
@@ -23,7 +23,14 @@ def diagnosis(d: Diagnosis) -> dict[str, Any]:
         "queries": d.queries,
         "notes": list(d.notes),
         "targets": [target(t) for t in d.targets],
+        # Checks answered only by samples without target labels: judged once, for the whole scope.
+        "fleet": [fleet(f) for f in d.fleet],
     }
+
+
+def fleet(f: FleetResult) -> dict[str, Any]:
+    """A fleet-level result: the check's verdict and evidence, and its finding where it matched."""
+    return {**check(f.check), "finding": encode_cause(f.finding) if f.finding else None}
 
 
 def target(t: TargetDiagnosis) -> dict[str, Any]:

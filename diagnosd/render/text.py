@@ -6,7 +6,18 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 
-from diagnosd.findings.model import CheckResult, Diagnosis, Evidence, NodeKind, RootCause, TargetDiagnosis, Verdict
+import promql_parser as pp
+
+from diagnosd.findings.model import (
+    CheckResult,
+    Diagnosis,
+    Evidence,
+    FleetResult,
+    NodeKind,
+    RootCause,
+    TargetDiagnosis,
+    Verdict,
+)
 from diagnosd.render import units
 from diagnosd.render.json import timestamp
 from diagnosd.trees import families
@@ -60,6 +71,13 @@ WORDS: dict[str, dict[str, str]] = {
     "would_explain": {"en": "would explain it, symptom not established", "zh": "可解释该症状，但症状未确认"},
     "explained_by": {"en": "explained by", "zh": "由此解释："},
     "in_top_bucket": {"en": "top bucket", "zh": "最高桶"},
+    "fleet": {
+        "en": "fleet-wide (answers without target labels, judged once for the whole scope):",
+        "zh": "全局（无目标标签的结果，对整个范围只判断一次）：",
+    },
+    "all": {"en": "all of", "zh": "同时满足"},
+    "any": {"en": "any of", "zh": "满足其一"},
+    "now": {"en": "now", "zh": "当前"},
 }
 SEVERITY = {
     "en": {"info": "info", "warning": "warning", "critical": "critical"},
@@ -78,6 +96,8 @@ REASONS = {
         "infinite": "infinite value (division by zero)",
         "partial": "partial answer from Prometheus",
         "parent_not_matched": "parent not matched",
+        "fleet_level": "fleet-level",
+        "short_history": "history shorter than the window",
     },
     "zh": {
         "no_data": "无数据",
@@ -91,6 +111,8 @@ REASONS = {
         "infinite": "值为无穷（除以零）",
         "partial": "Prometheus 只返回了部分结果",
         "parent_not_matched": "上级未命中",
+        "fleet_level": "全局指标",
+        "short_history": "历史数据短于查询窗口",
     },
 }
 # The engine's details (English) and their Chinese: (pattern, replacement).
@@ -105,6 +127,7 @@ DETAILS_ZH: tuple[tuple[str, str], ...] = (
     (r"^traffic unknown: (.+)$", r"流量未知：\1"),
     (r"^traffic (\S+) below the floor (\S+)$", r"流量 \1 低于下限 \2"),
     (r"^baseline: (.+)$", r"基线：\1"),
+    (r"^the answer has no target labels: see fleet-wide$", "结果没有目标标签：见“全局”一节"),
 )
 # Scope-wide notes of the evaluator (English) and their Chinese.
 NOTES_ZH: tuple[tuple[str, str], ...] = (
@@ -147,8 +170,21 @@ def render(d: Diagnosis, lang: str = "en", verbose: bool = False, tree: Tree | N
             lines.extend(_one_line(t, lang) for t in brief)
     if brief_unknown or brief_clear:
         lines.append(word("verbose_hint", lang))
+    if d.fleet:
+        lines += ["", word("fleet", lang)]
+        lines.extend(_fleet(f, lang, known) for f in d.fleet)
     lines += ["", LEGEND[lang]]
     return "\n".join(lines) + "\n"
+
+
+def _fleet(f: FleetResult, lang: str, known: Mapping[str, Mapping[str, Context]]) -> str:
+    """One fleet-level check: its mark, title and numbers; where it matched, its finding and fix."""
+    line = f"{MARKS[f.check.verdict]} {pick(f.check.title, lang)}{_numbers(f.check, lang, known.get(f.check.id))}"
+    if f.finding is not None:
+        severity = SEVERITY[lang].get(str(f.finding.severity), str(f.finding.severity))
+        line += f"\n   → {pick(f.finding.title, lang)} ({severity})"
+        line += "".join(f"\n     {label('fix', lang)}{pick(r, lang)}" for r in f.finding.remediation)
+    return line
 
 
 def summary(total: int, present: int, clear: int, unknown: int, lang: str = "en") -> str:
@@ -181,6 +217,8 @@ def _target(t: TargetDiagnosis, lang: str, known: Mapping[str, Mapping[str, Cont
     name = " ".join(f"{k}={v}" for k, v in t.labels.items())
     state = {True: "present", False: "absent", None: "unknown_state"}[t.symptom_present]
     lines = [f"{name} — {label(state, lang)}{pick(t.detect.title, lang)}{_numbers(t.detect, lang)}"]
+    if t.detect.evidence is not None:
+        lines.extend(_conditions(t.detect.evidence, "    ", lang))
     shown = (*t.root_causes, *t.possible_causes, *t.consequences)
     lines.extend(_tree(t.checks, {c.check: c for c in shown}, lang, known))
     if t.root_causes:
@@ -230,6 +268,8 @@ def _tree(
         lines.append(f"{prefix}{MARKS[check.verdict]} {pick(check.title, lang)}{numbers}")
         inner = _continuation(checks, index) + ("│  " if not _last_sibling(checks, index) else "   ")
         inner += "│  " if _has_children(checks, index) else "   "
+        if check.evidence is not None and check.verdict is not Verdict.SKIPPED:
+            lines.extend(_conditions(check.evidence, inner, lang, (known or {}).get(check.id)))
         if check.kind is NodeKind.MANUAL and check.guidance:
             lines.append(f"{inner}{pick(check.guidance, lang)}")
         cause = causes.get(check.id)
@@ -284,15 +324,41 @@ def _numbers(check: CheckResult, lang: str = "en", known: Mapping[str, Context] 
         if check.reason is None:
             return f"  [{label('unknown', lang)}{word('could_not_look', lang)}]"
         why = REASONS[lang].get(str(check.reason), str(check.reason).replace("_", " "))
-        detail = f" — {detail_text(check.detail, lang)}" if check.detail else ""
+        # Of an all / any, each condition's own line below says why.
+        said = check.detail and not (e is not None and e.conditions)
+        detail = f" — {detail_text(check.detail or '', lang)}" if said else ""
         return f"  [{label('unknown', lang)}{why}{detail}]"
     if check.verdict is Verdict.SKIPPED or e is None:
         return ""
+    if e.conditions:
+        return f"  [{word(e.combine or 'all', lang)}]"  # one line per condition follows
     return "  " + describe(e, lang, known)
+
+
+def _conditions(e: Evidence, indent: str, lang: str, known: Mapping[str, Context] | None = None) -> list[str]:
+    """The conditions of an all / any, one evidence line each (nested ones indented under theirs)."""
+    lines: list[str] = []
+    for c in e.conditions:
+        verdict = c.verdict or Verdict.UNKNOWN
+        title = pick(c.title, lang) if c.title else c.check
+        if verdict is Verdict.UNKNOWN:
+            why = REASONS[lang].get(str(c.reason), word("could_not_look", lang)) if c.reason else ""
+            detail = f" — {detail_text(c.detail, lang)}" if c.detail and not c.conditions else ""
+            numbers = f"  [{label('unknown', lang)}{why or word('could_not_look', lang)}{detail}]"
+        elif c.conditions:
+            numbers = f"  [{word(c.combine or 'all', lang)}]"
+        else:
+            numbers = "  " + describe(c, lang, known)
+        lines.append(f"{indent}{MARKS[verdict]} {title}{numbers}")
+        lines.extend(_conditions(c, indent + "   ", lang, known))
+    return lines
 
 
 def describe(e: Evidence, lang: str = "en", known: Mapping[str, Context] | None = None) -> str:
     """The numbers of one verdict with their units: 51 % (threshold > 90 %), 3.2k tokens vs baseline..."""
+    if e.conditions:
+        parts = (f"{pick(c.title, lang) if c.title else c.check}: {describe(c, lang, known)}" for c in e.conditions)
+        return f"{word(e.combine or 'all', lang)}: " + "; ".join(parts)
     op = OPERATORS.get(e.operator, e.operator)
     assumed = ""
     if e.assumed:
@@ -321,8 +387,20 @@ def describe(e: Evidence, lang: str = "en", known: Mapping[str, Context] | None 
 
 
 def _value(e: Evidence, lang: str) -> str:
-    """The value, or "≥ bound (top bucket)" where a histogram quantile lies in the +Inf bucket."""
-    return _at_top(e.value, e.context.get(TOP_BUCKET), e.unit, lang) or units.quantity(e.value, e.unit, lang)
+    """The value, or "≥ bound (top bucket)" where a histogram quantile lies in the +Inf bucket.
+
+    Sustained: the level held in `share` of the window, then the value now: "≥ 15 requests in
+    80 % of 5m, now 18 requests".
+    """
+    value = _at_top(e.value, e.context.get(TOP_BUCKET), e.unit, lang) or units.quantity(e.value, e.unit, lang)
+    if e.sustained_for is None or e.share is None:
+        return value
+    bound = "≤" if e.operator.endswith("below") else "≥"
+    share, now = f"{e.share * 100:g} %", units.quantity(e.current, e.unit, lang)
+    window = units.quantity(pp.parse_duration(e.sustained_for).total_seconds(), "s", lang)
+    if lang == "zh":
+        return f"{window} 内 {share} 的时间 {bound} {value}，{word('now', lang)} {now}"
+    return f"{bound} {value} in {share} of {window}, {word('now', lang)} {now}"
 
 
 def _at_top(value: float | None, top: float | None, unit: str | None, lang: str) -> str | None:

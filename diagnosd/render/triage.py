@@ -45,6 +45,7 @@ SEVERITY = {"zh": {"info": "提示", "warning": "警告", "critical": "严重"}}
 DETAILS_ZH: tuple[tuple[str, str], ...] = (
     (r"^nothing (\S+) ago to compare with, and no value now$", r"\1 前没有可比较的值，当前也没有值"),
     (r"^nothing (\S+) ago to compare with$", r"\1 前没有可比较的值"),
+    (r"^Prometheus holds (\S+) of history; this query reads (\S+)$", r"Prometheus 只有 \1 的历史数据；该查询需要 \2"),
     (r"^no target has a value now \(not on this Prometheus: (.+)\)$", r"当前没有任何目标有值（Prometheus 上没有：\1）"),
     (
         r"^no target has a value now \(metric name discovery unsupported\)$",
@@ -70,6 +71,8 @@ REASONS: dict[str, dict[str, str]] = {
         "bad_value": "bad value",
         "infinite": "infinite value",
         "partial": "partial answer from Prometheus",
+        "short_history": "not enough history yet",
+        "fleet_level": "fleet-level answer",
     },
     "zh": {
         "exporter_absent": "缺少导出器",
@@ -84,6 +87,8 @@ REASONS: dict[str, dict[str, str]] = {
         "bad_value": "值无效",
         "infinite": "值为无穷",
         "partial": "Prometheus 只返回了部分结果",
+        "short_history": "历史数据尚不足",
+        "fleet_level": "全局结果",
     },
 }
 

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -20,7 +21,7 @@ from pydantic import ValidationError
 from diagnosd import runtime
 from diagnosd.engine import Evaluator, ParamError, Scope
 from diagnosd.errors import DiagnosdError
-from diagnosd.findings.model import Diagnosis, TargetDiagnosis
+from diagnosd.findings.model import Diagnosis, Evidence, TargetDiagnosis
 from diagnosd.rulestest import notation
 from diagnosd.rulestest.openmetrics import Series, write
 from diagnosd.rulestest.server import LocalPrometheus, backfill
@@ -143,7 +144,22 @@ async def _case(evaluator: Evaluator, item: Loaded) -> CaseResult:
         return result
     for expectation in item.case.expect:
         result.failures.extend(check(diagnosis, expectation))
+    result.failures.extend(check_fleet(diagnosis, item.case.fleet))
     return result
+
+
+def check_fleet(diagnosis: Diagnosis, want: Mapping[str, str]) -> list[str]:
+    """The fleet-level results (checks answered without target labels) against `fleet:`."""
+    got = {f.check.id: f.check for f in diagnosis.fleet}
+    out: list[str] = []
+    for check_id, verdict in want.items():
+        found = got.get(check_id)
+        if found is None:
+            out.append(f"[fleet] check {check_id}: want {verdict}, no fleet-level result (got {sorted(got)})")
+        elif str(found.verdict) != verdict:
+            detail = _explain(found.verdict, found.reason, found.detail)
+            out.append(f"[fleet] check {check_id}: want {verdict}, got {found.verdict} ({detail})")
+    return out
 
 
 def check(diagnosis: Diagnosis, want: Expectation) -> list[str]:
@@ -159,7 +175,16 @@ def check(diagnosis: Diagnosis, want: Expectation) -> list[str]:
 def _differences(t: TargetDiagnosis, want: Expectation) -> list[str]:
     causes = [c.cause for c in t.root_causes]
     verdicts = {c.id: str(c.verdict) for c in t.checks}
+    evidence = {c.id: c.evidence for c in (t.detect, *t.checks) if c.evidence is not None}
+    for key, e in list(evidence.items()):
+        evidence.update(_condition_evidence(key, e))
+    verdicts.update({key: str(e.verdict) for key, e in evidence.items() if e.verdict is not None})
+    verdicts["detect"] = str(t.detect.verdict)
     out: list[str] = []
+    for key, want_value in want.values.items():
+        got = evidence[key].value if key in evidence else None
+        if got is None or not math.isclose(got, want_value, rel_tol=1e-3, abs_tol=1e-9):
+            out.append(f"value of {key}: want {want_value:g}, got {got}")
     if want.symptom_present is not None and t.symptom_present != want.symptom_present:
         out.append(
             f"symptom_present: want {want.symptom_present}, got {t.symptom_present} "
@@ -197,6 +222,15 @@ def _differences(t: TargetDiagnosis, want: Expectation) -> list[str]:
             node = next((c for c in t.checks if c.id == check_id), None)
             detail = _explain(node.verdict, node.reason, node.detail) if node else "no such check"
             out.append(f"check {check_id}: want {verdict}, got {verdicts.get(check_id)} ({detail})")
+    return out
+
+
+def _condition_evidence(key: str, e: Evidence) -> dict[str, Evidence]:
+    """The evidence of every condition of an all / any, keyed `check/condition/...`."""
+    out: dict[str, Evidence] = {}
+    for c in e.conditions:
+        out[c.check] = c  # the condition's key: `check/condition/...`
+        out.update(_condition_evidence(c.check, c))
     return out
 
 

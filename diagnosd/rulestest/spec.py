@@ -23,7 +23,11 @@ class Expectation(Strict):
     causes: list[str] = []
     absent_causes: list[str] = []
     no_cause: bool = False
+    # Verdicts by check id; `detect` and `check/condition` name the parts of all / any.
     checks: dict[str, str] = {}
+    # Evidence values (the judged number: a sustained condition's quantile) by the same keys,
+    # to 0.1 % or 1e-9: the numbers a person would read.
+    values: dict[str, float] = {}
     # cause -> the causes that must explain it: it is a consequence shown under them, not a root cause.
     explained: dict[str, list[str]] = {}
     # Symptom unknown: causes that must be listed as possible ("would explain it"), never as root causes.
@@ -38,6 +42,8 @@ class Case(Strict):
     scope: dict[str, str] = {}
     input_series: list[InputSeries] = Field(min_length=1)
     expect: list[Expectation] = Field(min_length=1)
+    # check id -> verdict of its fleet-level result (a check answered without target labels).
+    fleet: dict[str, str] = {}
 
 
 class TestFile(Strict):

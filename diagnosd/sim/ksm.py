@@ -48,6 +48,8 @@ def _pod(out: Collector, state: PodState, now: float) -> None:
         host_network="false",
     )
     _g(out, "kube_pod_info", "[STABLE] Information about pod.").add(_labels(**info), 1)
+    owner = dict(own, owner_kind="ReplicaSet", owner_name=info["created_by_name"], owner_is_controller="true")
+    _g(out, "kube_pod_owner", "[STABLE] Information about the Pod's owner.").add(_labels(**owner), 1)
     _g(out, "kube_pod_created", "[STABLE] Unix creation timestamp").add(_labels(**own), state.created)
     if state.scheduled is not None:
         _g(out, "kube_pod_status_scheduled_time", "[STABLE] Unix timestamp when pod moved into scheduled status").add(
@@ -174,6 +176,17 @@ def _workloads(out: Collector, sim: Simulator) -> None:
         states = [s for s in sim.pods.values() if s.pod.deployment.name == d.name]
         ready = float(sum(s.engine is not None for s in states))
         own = {"deployment": d.name, "namespace": fleet.namespace}
+        for replicaset in sorted({s.name.rsplit("-", 1)[0] for s in states}):
+            owner = {
+                "namespace": fleet.namespace,
+                "replicaset": replicaset,
+                "owner_kind": "Deployment",
+                "owner_name": d.name,
+                "owner_is_controller": "true",
+            }
+            _g(out, "kube_replicaset_owner", "[STABLE] Information about the ReplicaSet's owner.").add(
+                _labels(**owner), 1
+            )
         hpa = sim.deployments.get(d.name)
         spec = d.replicas if hpa is None or hpa.spec_replicas is None else hpa.spec_replicas
         for name, value in (
@@ -194,6 +207,8 @@ def _workloads(out: Collector, sim: Simulator) -> None:
 def _hpa(out: Collector, namespace: str, name: str, current: int, low: int, high: int, pending: int) -> None:
     own = {"horizontalpodautoscaler": name, "namespace": namespace}
     desired = max(low, min(high, current + pending))
+    target = dict(own, scaletargetref_api_version="apps/v1", scaletargetref_kind="Deployment", scaletargetref_name=name)
+    _g(out, "kube_horizontalpodautoscaler_info", "Information about this autoscaler.").add(_labels(**target), 1)
     for metric, help, value in (
         (
             "spec_max_replicas",

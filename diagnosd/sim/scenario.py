@@ -134,6 +134,9 @@ class Expectation(Strict):
     causes: list[str] = Field(min_length=1)
     # Other targets of this symptom must show no symptom (the fault stays where it was put).
     isolated: bool = True
+    # Causes the diagnosis must report as fleet-level findings (a check answered without target
+    # labels, e.g. idle GPUs anywhere): never a root cause of `target`.
+    fleet: list[str] = []
 
 
 class Scenario(Strict):

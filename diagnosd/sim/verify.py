@@ -30,7 +30,7 @@ from diagnosd.sim.schedule import Schedule
 from diagnosd.sim.simulator import HISTORY, current_names
 from diagnosd.sources import PrometheusConfig, PrometheusSource
 from diagnosd.trees import promql
-from diagnosd.trees.model import CheckNode, Tree, walk
+from diagnosd.trees.model import Tree, queries
 
 LABEL = "diagnosd_scenario"
 
@@ -51,10 +51,7 @@ class Finding:
 def metric_names(tree: Tree, rules: runtime.Rules) -> set[str]:
     """Every spelling of every metric a tree's queries read (aliases and colon/underscore twins)."""
     values = effective(tree)
-    texts = [tree.detect.query, *([tree.traffic.query] if tree.traffic else [])]
-    for node, _ in walk(list(tree.nodes)):
-        if isinstance(node, CheckNode):
-            texts += [node.query, *(c.query for c in node.context)]
+    texts = [text for _, text in queries(tree)]
     names = {
         n for text in texts for n in promql.selector_names(promql.parse(promql.substitute(text, values, tree.target)))
     }
@@ -161,6 +158,12 @@ def judge(scenario: Scenario, tree: Tree, diagnosis: Diagnosis, at: float) -> li
             missing += [c for c in expectation.causes[1:] if c not in shown]
             if missing:
                 finding.problems.append(_explain(target, missing))
+        fleetwide = {f.finding.cause for f in diagnosis.fleet if f.finding is not None}
+        finding.problems += [
+            f"missing fleet-level finding {c} (fleet-level: {', '.join(sorted(fleetwide)) or 'none'})"
+            for c in expectation.fleet
+            if c not in fleetwide
+        ]
         if expectation.isolated:
             others = [
                 _name(t.labels)

@@ -14,10 +14,11 @@ from typing import Any
 import promql_parser as pp
 import yaml
 
+from diagnosd.engine.evaluator import sustained_query
 from diagnosd.engine.rewrite import rewrite
 from diagnosd.trees import promql
 from diagnosd.trees.aliases import Aliases
-from diagnosd.trees.model import DURATION, Compare, Tree
+from diagnosd.trees.model import DURATION, Compare, Conditional, Tree
 
 GROUP = "diagnosd-symptoms"
 SYMBOLS = {"above": ">", "below": "<", "ratio_above": ">", "ratio_below": "<", "delta_above": ">", "delta_below": "<"}
@@ -28,11 +29,19 @@ def alert_name(tree: Tree) -> str:
 
 
 def expression(tree: Tree, aliases: Aliases) -> str:
-    values = {name: p.default for name, p in tree.params.items()}
-    text = promql.substitute(tree.detect.query, values, tree.target)
+    """The detect as one PromQL condition: all / any of conditions become `and` / `or` of theirs."""
+    values: dict[str, float | str] = {name: p.default for name, p in tree.params.items()}
+    return _condition(tree, tree.detect, values, aliases)
+
+
+def _condition(tree: Tree, item: Conditional, values: dict[str, float | str], aliases: Aliases) -> str:
+    if item.combine is not None:
+        op = f" {'and' if item.combine == 'all' else 'or'} on ({', '.join(tree.target)}) "
+        return op.join(f"({_condition(tree, c, values, aliases)})" for c in item.conditions)
+    _, compare = item.comparison()
+    text = promql.substitute(sustained_query(item, values), values, tree.target)
     names = {n: list(aliases.newest_first(n)) for n in promql.selector_names(promql.parse(text))}
     query = rewrite(text, names, [], tree.target)
-    compare = tree.detect.compare
     threshold = promql.render_value(_number(compare, values))
     op = SYMBOLS[compare.operator]
     if compare.baseline is None:

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
+from diagnosd.errors import SourceError
+
 
 @dataclass(frozen=True)
 class Sample:
@@ -48,3 +50,27 @@ class QuerySource(Protocol):
     async def metric_names(self, candidates: Collection[str], start: datetime, end: datetime) -> set[str]:
         """Which of `candidates` have series between `start` and `end`. Raises SourceError."""
         ...
+
+    async def metadata(self, names: Collection[str]) -> dict[str, str] | None:
+        """The metric type (counter, gauge, histogram...) the backend's metadata declares for each
+        of `names` that it knows, or None when the backend has no metadata to ask.
+
+        Prometheus keeps the `# TYPE` of every family its active targets expose, samples or not:
+        a counter a target declares before its first event is known here. Raises SourceError."""
+        ...
+
+
+async def declared_types(source: QuerySource, names: Collection[str]) -> dict[str, str] | None:
+    """`source.metadata(names)`, or None (unknown) when the source lacks it or cannot answer.
+
+    Metadata only refines "absent": a backend without it (an older fake, a proxy that refuses the
+    endpoint) leaves names that have no series absent, as before.
+    """
+    method = getattr(source, "metadata", None)
+    if method is None or not names:
+        return None if method is None else {}
+    try:
+        found = await method(names)
+    except SourceError:
+        return None
+    return dict(found) if found is not None else None

@@ -11,7 +11,7 @@ from collections.abc import Callable, Collection
 from datetime import datetime
 
 from diagnosd.errors import SourceError
-from diagnosd.sources.base import QuerySource, Sample
+from diagnosd.sources.base import QuerySource, Sample, declared_types
 
 Report = Callable[[str, float, SourceError | None], None]
 
@@ -42,6 +42,15 @@ class MeteredSource:
             raise
         self._done("metric_names", began, None)
         return names
+
+    async def metadata(self, names: Collection[str]) -> dict[str, str] | None:
+        """Forwarded (None where the inner source has none or it failed). A failure is not kept in
+        `errors`: without metadata a name without series is only "absent", as before."""
+        began = time.perf_counter()
+        found = await declared_types(self._inner, names)
+        self.calls += 1
+        self._report("metadata", time.perf_counter() - began, None)
+        return found
 
     def _done(self, endpoint: str, start: float, error: SourceError | None) -> None:
         self.calls += 1

@@ -1,4 +1,4 @@
-"""Prometheus HTTP API client (/api/v1/query, /api/v1/label/__name__/values) behind QuerySource.
+"""Prometheus HTTP API client (/api/v1/query, /api/v1/label/__name__/values, /api/v1/metadata).
 
 httpx errors are translated here into diagnosd's own SourceError types; nothing above this module
 sees httpx. Works unchanged against Thanos Querier, Mimir and VictoriaMetrics.
@@ -78,6 +78,40 @@ class PrometheusSource:
         if not isinstance(data, list) or not all(isinstance(n, str) for n in data):
             raise SourceProtocolError("label values are not a list of names", url=self._url("/api/v1/label"))
         return set(data) & set(candidates)
+
+    async def metadata(self, names: Collection[str]) -> dict[str, str] | None:
+        """GET /api/v1/metadata?metric=NAME for each name: its declared type, where a target declares it.
+
+        The metadata belongs to the family as exposed: a counter `x_total` is `x_total` in the
+        text format and `x` in OpenMetrics (Prometheus scrapes OpenMetrics when offered), so both
+        are asked. A backend without the endpoint (404, or an error body) answers None.
+        """
+        wanted = sorted(set(names))
+        if not wanted:
+            return {}
+        asked = sorted({form for name in wanted for form in _family_forms(name)})
+        try:
+            replies = await asyncio.gather(*(self._metadata_one(form) for form in asked))
+        except (QueryRejected, SourceProtocolError):
+            return None
+        declared = {form: kind for form, kind in zip(asked, replies, strict=True) if kind is not None}
+        out: dict[str, str] = {}
+        for name in wanted:
+            kind = next((declared[f] for f in _family_forms(name) if f in declared), None)
+            if kind is not None:
+                out[name] = kind
+        return out
+
+    async def _metadata_one(self, name: str) -> str | None:
+        data = await self._call("GET", "/api/v1/metadata", None, params={"metric": name})
+        if not isinstance(data, dict):
+            raise SourceProtocolError("metadata is not an object", url=self._url("/api/v1/metadata"))
+        entries = data.get(name)
+        if not isinstance(entries, list):
+            return None
+        kinds = {str(e.get("type")) for e in entries if isinstance(e, dict) and e.get("type")}
+        # Targets that disagree (one says counter, another gauge) declare nothing certain.
+        return kinds.pop() if len(kinds) == 1 else None
 
     async def ready(self) -> bool:
         """Whether the server answers its readiness probe (used by /readyz)."""
@@ -181,6 +215,11 @@ def _warnings(body: dict[str, Any]) -> tuple[str, ...]:
     if not isinstance(raw, list):
         return ()
     return tuple(str(w) for w in raw if not str(w).startswith("PromQL info:"))
+
+
+def _family_forms(name: str) -> tuple[str, ...]:
+    """The names a series' family may carry in metadata: itself, and without `_total` (OpenMetrics)."""
+    return (name, name[: -len("_total")]) if name.endswith("_total") and len(name) > len("_total") else (name,)
 
 
 def _number(text: Any) -> float:

@@ -131,17 +131,97 @@ class Context(Strict):
     unit: str | None = None
 
 
-class CheckNode(Strict):
-    id: Id
-    title: Text
-    query: str
-    compare: Compare
-    basis: Basis = Basis.METRIC
+class Sustained(Strict):
+    """持续: the comparison held for `share` of the window's evaluation steps, not at every one.
+
+    Judged on a low (or high) quantile of the value over the window: above T at the 20th
+    percentile means above T in at least 80 % of the steps, so one noisy dip changes nothing.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    for_: Annotated[str, Field(alias="for")]
+    share: Number = 0.8
+    step: str = "1m"
+
+    @field_validator("share")
+    @classmethod
+    def _a_share(cls, value: float | str) -> float | str:
+        if not isinstance(value, str) and not 0 < value <= 1:
+            raise ValueError(f"share {value:g} must lie in (0, 1]")
+        return value
+
+
+class Conditional(Strict):
+    """One comparison (`query` and `compare`), or `all:` / `any:` of conditions, each its own evidence."""
+
+    query: str | None = None
+    compare: Compare | None = None
     unit: str | None = None
     # The value is read from this label of the sample (config-info metrics carry config as labels).
     value_label: str | None = None
     # No sample for a known target means 0 (event counts): only when the metric exists at all.
     absent_as_zero: bool = False
+    sustained: Sustained | None = None
+    all: list[Condition] | None = None
+    any: list[Condition] | None = None
+
+    @model_validator(mode="after")
+    def _one_shape(self) -> Conditional:
+        combined = [name for name in ("all", "any") if getattr(self, name) is not None]
+        simple = self.query is not None or self.compare is not None
+        if len(combined) > 1 or (combined and simple):
+            raise ValueError("either query and compare, or one of all / any")
+        if not combined:
+            if self.query is None or self.compare is None:
+                raise ValueError("a comparison needs both query and compare (or all / any of conditions)")
+            return self
+        parts = self.conditions
+        if len(parts) < 2:
+            raise ValueError(f"{combined[0]} needs at least two conditions")
+        ids = [c.id for c in parts]
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"condition ids must be unique: {ids}")
+        stray = [n for n in ("unit", "value_label", "sustained") if getattr(self, n) is not None]
+        if stray or self.absent_as_zero:
+            raise ValueError(f"{', '.join(stray or ['absent_as_zero'])}: set it on each condition")
+        return self
+
+    @property
+    def combine(self) -> Literal["all", "any"] | None:
+        if self.all is not None:
+            return "all"
+        return "any" if self.any is not None else None
+
+    @property
+    def conditions(self) -> list[Condition]:
+        return list(self.all or self.any or [])
+
+    def comparison(self) -> tuple[str, Compare]:
+        """The query and compare of a simple comparison (never of all / any)."""
+        if self.query is None or self.compare is None:
+            raise ValueError("all / any has no single query")
+        return self.query, self.compare
+
+
+class Condition(Conditional):
+    """A part of `all:` / `any:`: its title is its evidence line."""
+
+    id: Id
+    title: Text
+
+
+def leaves(key: str, item: Conditional) -> list[tuple[str, Conditional]]:
+    """Every simple comparison under a detect or check, keyed `key` or `key/condition/...`."""
+    if item.combine is None:
+        return [(key, item)]
+    return [leaf for c in item.conditions for leaf in leaves(f"{key}/{c.id}", c)]
+
+
+class CheckNode(Conditional):
+    id: Id
+    title: Text
+    basis: Basis = Basis.METRIC
     # The check means nothing below the tree's traffic floor (ratios of tiny rates).
     needs_traffic: bool = False
     context: list[Context] = []
@@ -178,7 +258,7 @@ class GroupNode(Strict):
 
 def _node_kind(value: Any) -> str:
     if isinstance(value, dict):
-        if "query" in value:
+        if "query" in value or "all" in value or "any" in value:
             return "check"
         if "manual" in value:
             return "manual"
@@ -193,13 +273,10 @@ Node = Annotated[
 ]
 
 
-class Detect(Strict):
+class Detect(Conditional):
     """The symptom's own entry condition, evaluated per target."""
 
     title: Text
-    query: str
-    compare: Compare
-    unit: str | None = None
 
 
 class Traffic(Strict):
@@ -219,6 +296,8 @@ class Tree(Strict):
     nodes: list[Node] = Field(min_length=1)
 
 
+Condition.model_rebuild()
+Conditional.model_rebuild()
 CheckNode.model_rebuild()
 ManualNode.model_rebuild()
 GroupNode.model_rebuild()
@@ -233,4 +312,17 @@ def walk(nodes: list[AnyNode], depth: int = 1) -> list[tuple[AnyNode, int]]:
     for node in nodes:
         out.append((node, depth))
         out.extend(walk(list(node.children), depth + 1))
+    return out
+
+
+def queries(tree: Tree) -> list[tuple[str, str]]:
+    """Every query of a tree as written, keyed: detect (`detect/condition` inside all / any),
+    traffic, each check (likewise) and each context value (`check.context`)."""
+    out = [(key, leaf.comparison()[0]) for key, leaf in leaves("detect", tree.detect)]
+    if tree.traffic is not None:
+        out.append(("traffic", tree.traffic.query))
+    for node, _ in walk(list(tree.nodes)):
+        if isinstance(node, CheckNode):
+            out += [(key, leaf.comparison()[0]) for key, leaf in leaves(node.id, node)]
+            out += [(f"{node.id}.{c.id}", c.query) for c in node.context]
     return out

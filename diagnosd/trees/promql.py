@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from datetime import timedelta
 
 import promql_parser as pp
+
+from diagnosd.topology import JOIN_MARK, Topology, expand
 
 REF = re.compile(r"\$([a-z][a-z0-9_]*)")
 TARGET_REF = "target"
@@ -26,10 +29,13 @@ def render_value(value: float | str) -> str:
     return str(int(value)) if float(value).is_integer() else repr(float(value))
 
 
-def substitute(text: str, params: Mapping[str, float | str], target: list[str]) -> str:
-    """Replace `$target` with the target labels and each `$param` with its value.
+def substitute(
+    text: str, params: Mapping[str, float | str], target: list[str], topology: Topology | None = None
+) -> str:
+    """Replace `$target` with the target labels, each `$param` with its value, then expand the
+    topology recipes (`@pod_node`, `@node(...)`, `@unscoped(...)`, see diagnosd/topology).
 
-    Raises KeyError naming the first unknown reference.
+    Raises KeyError naming the first unknown `$` reference, ValueError for a bad recipe reference.
     """
 
     def one(match: re.Match[str]) -> str:
@@ -38,7 +44,7 @@ def substitute(text: str, params: Mapping[str, float | str], target: list[str]) 
             return ", ".join(target)
         return render_value(params[name])
 
-    return REF.sub(one, text)
+    return expand(REF.sub(one, text), topology)
 
 
 def parse(text: str) -> pp.Expr:
@@ -61,11 +67,45 @@ def selector_names(expr: pp.Expr) -> list[str]:
     return list(dict.fromkeys(names))
 
 
+def join_names(expr: pp.Expr) -> set[str]:
+    """Names read only by the selectors a topology recipe brings in (alternative join sources)."""
+    joined: set[str] = set()
+    own: set[str] = set()
+
+    def visit(node: pp.Expr) -> None:
+        if isinstance(node, pp.VectorSelector):
+            names = [node.name] if node.name else _name_matcher_values(node)
+            marked = any(m.name == JOIN_MARK for m in node.matchers.matchers)
+            (joined if marked else own).update(names)
+
+    pp.walk(expr, pre_visit=visit)
+    return joined - own
+
+
 def _name_matcher_values(node: pp.VectorSelector) -> list[str]:
     for matcher in node.matchers.matchers:
         if matcher.name == "__name__" and str(matcher.op) == "MatchOp.Equal":
             return [matcher.value]
     return []
+
+
+def reach(expr: pp.Expr) -> timedelta:
+    """How far before its evaluation time a query reads, at most: its longest range or offset, plus
+    every subquery's window (nested subqueries add up). A bound, for telling a TSDB too young."""
+    longest = timedelta(0)
+    subqueries = timedelta(0)
+
+    def visit(node: pp.Expr) -> None:
+        nonlocal longest, subqueries
+        if isinstance(node, pp.MatrixSelector):
+            longest = max(longest, (node.range or timedelta(0)) + (node.vector_selector.offset or timedelta(0)))
+        elif isinstance(node, pp.VectorSelector):
+            longest = max(longest, node.offset or timedelta(0))
+        elif isinstance(node, pp.SubqueryExpr):
+            subqueries += (node.range or timedelta(0)) + (node.offset or timedelta(0))
+
+    pp.walk(expr, pre_visit=visit)
+    return longest + subqueries
 
 
 def stepless_subqueries(expr: pp.Expr) -> int:

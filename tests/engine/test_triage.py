@@ -219,3 +219,40 @@ async def test_name_discovery_unsupported_still_triages() -> None:
     assert [p.symptom for p in result.present] == ["backlog", "hit_low"]
     gpu = next(u for u in result.unknown if u.symptom == "gpu_idle")
     assert gpu.reasons[0].reason == T.NO_DATA
+
+
+async def test_a_compound_detect_is_triaged_by_all_its_conditions() -> None:
+    def part(id_: str, metric: str, compare: dict[str, Any]) -> dict[str, Any]:
+        return {"id": id_, "title": TEXT, "query": f"max by ($target) ({metric})", "compare": compare}
+
+    compound = Tree.model_validate(
+        {
+            "id": "slow_idle",
+            "title": {"zh": "中", "en": "slow idle"},
+            "target": ["namespace", "pod"],
+            "detect": {
+                "title": TEXT,
+                "all": [
+                    part("idle", "util_gauge", {"below": 40}),
+                    part("slow", "e2e_gauge", {"ratio_above": 1.5, "baseline": "1d"}),
+                ],
+            },
+            "nodes": [{"id": "m", "title": TEXT, "manual": TEXT}],
+        }
+    )
+    util = {"vllm-0": 30.0, "vllm-1": 30.0, "vllm-2": 90.0}
+    source = FakeSource(
+        {
+            "util_gauge": samples(util),
+            "e2e_gauge": lambda at: samples(
+                {"vllm-0": 3.0, "vllm-1": 1.0, "vllm-2": 3.0} if at == AT else pods(3, 1.0)
+            ),
+        }
+    )
+    result = await triage(source, [compound], at=AT)
+    (present,) = result.present
+    assert [h.labels["pod"] for h in present.hits] == ["vllm-0"]
+    evidence = present.hits[0].evidence
+    assert evidence is not None
+    assert [c.check for c in evidence.conditions] == ["detect/idle", "detect/slow"]
+    assert evidence.value == 30  # the first condition's number, not a sum of both

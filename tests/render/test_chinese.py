@@ -19,7 +19,7 @@ from diagnosd.engine.evaluator import Evaluator
 from diagnosd.findings.model import Diagnosis
 from diagnosd.render.text import render
 from diagnosd.sources.base import Sample
-from diagnosd.trees.model import CheckNode, GroupNode, ManualNode, Text, Tree, walk
+from diagnosd.trees.model import CheckNode, Condition, Conditional, GroupNode, ManualNode, Text, Tree, walk
 from tests.conftest import RULES
 from tests.engine.fakes import FakeSource
 
@@ -86,8 +86,11 @@ async def diagnose(tree: Tree, absent: tuple[str, ...] = ()) -> Diagnosis:
 def rule_texts(tree: Tree) -> Iterator[Text]:
     yield tree.title
     yield tree.detect.title
+    yield from (c.title for _, c in conditions(tree.detect))
     for node, _ in walk(list(tree.nodes)):
         yield node.title
+        if isinstance(node, CheckNode):
+            yield from (c.title for _, c in conditions(node))
         if isinstance(node, ManualNode):
             yield node.manual
         if isinstance(node, CheckNode):
@@ -97,6 +100,11 @@ def rule_texts(tree: Tree) -> Iterator[Text]:
             yield from node.conclusion.remediation
             if node.conclusion.caveat is not None:
                 yield node.conclusion.caveat
+
+
+def conditions(item: Conditional) -> list[tuple[int, Condition]]:
+    """Every condition of an all / any, nested ones too."""
+    return [(0, c) for c in item.conditions] + [x for c in item.conditions for x in conditions(c)]
 
 
 def causes(tree: Tree) -> set[str]:

@@ -43,6 +43,11 @@ def test_every_data_cause_is_a_top_cause_somewhere_and_a_healthy_case_exists(tre
     tops = {e.get("top_cause") for e in expectations} | {c for e in expectations for c in e.get("explained", {})}
     tree = RULESET.trees[tree_id]
     decided = {n.conclusion.cause for n, _ in walk(list(tree.nodes)) if isinstance(n, CheckNode) and n.conclusion}
+    # A fleet-level check (no target labels) is demonstrated by a matched fleet-level result.
+    cause_of = {
+        n.id: n.conclusion.cause for n, _ in walk(list(tree.nodes)) if isinstance(n, CheckNode) and n.conclusion
+    }
+    tops |= {cause_of.get(c) for case in spec["tests"] for c, v in case.get("fleet", {}).items() if v == "matched"}
     assert sorted(decided - tops) == []
     healthy = [case for case in spec["tests"] if all(e.get("no_cause") for e in case["expect"])]
     assert healthy, f"{tree_id}: no healthy case (every target no_cause)"

@@ -23,8 +23,10 @@ def data_decided() -> set[tuple[str, str]]:
 
 
 def expected() -> set[tuple[str, str]]:
-    """(symptom, cause) for every cause some shipped scenario expects."""
-    return {(e.symptom, c) for name in scenario.names() for e in scenario.load(name).expect for c in e.causes}
+    """(symptom, cause) for every cause some shipped scenario expects, of a target or fleet-wide."""
+    return {
+        (e.symptom, c) for name in scenario.names() for e in scenario.load(name).expect for c in (*e.causes, *e.fleet)
+    }
 
 
 def test_every_data_decided_cause_has_a_scenario() -> None:

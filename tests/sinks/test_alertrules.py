@@ -84,3 +84,24 @@ def test_a_real_prometheus_fires_the_symptom_alert(
         }
     ]
     assert float(str(alerts[0]["value"])) == 30
+
+
+def test_all_and_any_become_and_and_or_of_the_conditions() -> None:
+    rules = runtime.load(RULES)
+    expr = expression(rules.ruleset.trees["gpu_underutilized"], rules.aliases)
+    gpu, slow = expr.split(" and on (namespace, pod) ")
+    assert "DCGM_FI_DEV_GPU_UTIL" in gpu
+    assert gpu.endswith("< 40)")
+    assert slow.count(" or on (namespace, pod) ") == 3  # TTFT or e2e, vs baseline or over an SLO
+    assert "time_to_first_token" in slow
+    assert "e2e_request_latency" in slow
+    assert "+ 100" not in expr
+    assert "bool" not in expr
+
+
+def test_a_sustained_detect_alerts_on_its_quantile() -> None:
+    rules = runtime.load(RULES)
+    expr = expression(rules.ruleset.trees["queue_backlog"], rules.aliases)
+    assert expr.startswith("(quantile_over_time(0.2, ")
+    assert "[5m:1m]" in expr
+    assert "min_over_time" not in expr

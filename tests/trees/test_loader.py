@@ -133,13 +133,16 @@ def test_compare_needs_exactly_one_operator_and_a_baseline_for_ratios(rules_dir:
 def test_explains_names_causes_of_the_tree(rules_dir: Path) -> None:
     new = "cause: kv_pool_full\n      explains: [requests_not_released, queueing]\n"
     path = edit(rules_dir, "cause: kv_pool_full\n", new)
-    (found,) = problems(rules_dir)
+    # (kv_pool_full compares no baseline on its branch: its explanation without slack is refused too)
+    (found,) = [p for p in problems(rules_dir) if "queueing" in p]
     assert found.startswith(f"{path}:19: nodes[0](kv_pool_full).conclusion.explains[1].cause: ")
     assert "no node of this tree concludes 'queueing'" in found
 
 
 def test_explains_as_ids_or_with_a_slack_loads(rules_dir: Path) -> None:
     edit(rules_dir, "cause: kv_pool_full\n", "cause: kv_pool_full\n      explains: [requests_not_released]\n")
+    # A change, not a standing level: it may explain without a size check.
+    edit(rules_dir, "compare: {above: $kv_full}", "compare: {delta_above: 0.2, baseline: 1d}")
     tree = load_rules(rules_dir).trees["queue_backlog"]
     node = tree.nodes[0]
     assert isinstance(node, CheckNode)
@@ -169,9 +172,10 @@ def test_explanations_in_a_circle_are_refused(tmp_path: Path) -> None:
     shutil.copytree(REPO / "rules", target)
     path = target / "ttft_high.yaml"
     text = path.read_text()
-    anchor = "          explains: [batch_too_large]\n"
+    anchor = "          explains: [{cause: batch_too_large, slack: $step_slack}]\n"
     assert text.count(anchor) == 1
-    path.write_text(text.replace(anchor, "          explains: [batch_too_large, prompt_inflation]\n"))
+    circle = anchor.replace("}]", "}, {cause: prompt_inflation, slack: $step_slack}]")
+    path.write_text(text.replace(anchor, circle))
     found = problems(target)
     assert any("explanations go in a circle: " in p and "prompt_inflation" in p for p in found), found
 
