@@ -231,7 +231,7 @@ def _expand_once(text: str, topology: Topology) -> str:
         if recipe.takes_expr:
             if end >= len(text) or text[end] != "(":
                 raise ValueError(f"@{name} takes an expression: @{name}(...)")
-            close = _closing(text, end)
+            close = _closing(text, end, strings)
             arg = text[end + 1 : close]
             if not arg.strip():
                 raise ValueError(f"@{name}() needs an expression")
@@ -248,26 +248,15 @@ def _expand_once(text: str, topology: Topology) -> str:
     return "".join(out)
 
 
-def _closing(text: str, open_at: int) -> int:
+def _closing(text: str, open_at: int, strings: list[tuple[int, int]]) -> int:
+    """The parenthesis closing the one at `open_at`, skipping those inside string literals."""
     depth = 0
-    quote: str | None = None
-    i = open_at
-    while i < len(text):
-        ch = text[i]
-        if quote:
-            if ch == "\\":
-                i += 1
-            elif ch == quote:
-                quote = None
-        elif ch in "\"'`":
-            quote = ch
-        elif ch == "(":
-            depth += 1
-        elif ch == ")":
-            depth -= 1
-            if depth == 0:
-                return i
-        i += 1
+    for i in range(open_at, len(text)):
+        if text[i] not in "()" or any(a <= i < b for a, b in strings):
+            continue
+        depth += 1 if text[i] == "(" else -1
+        if depth == 0:
+            return i
     raise ValueError("unbalanced parentheses after a recipe reference")
 
 

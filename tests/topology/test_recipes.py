@@ -143,3 +143,10 @@ def _all_selectors(text: str) -> list[dict[str, str]]:
         ),
     )
     return found
+
+
+def test_a_parenthesis_inside_a_string_does_not_close_a_recipe() -> None:
+    text = 'max by (node) (@node(label_replace(x, "dir", ")", "", "")))'
+    expanded = expand(text)
+    assert '")"' in expanded
+    pp.parse(expanded)  # the recipe took the whole label_replace, so the result still parses
