@@ -85,6 +85,7 @@ class Evaluator:
             for node, _ in walk(list(tree.nodes))
             if isinstance(node, CheckNode)
         }
+        contexts["detect"] = [(c.id, answers[(resolved[f"detect.{c.id}"].query, at)]) for c in tree.detect.context]
         explains = explanations(tree, values)
         results = tuple(diagnose_target(tree, key, questions, traffic, contexts, explains) for key in targets)
         fleet = fleet_results(tree, questions, contexts)
@@ -232,6 +233,8 @@ def _texts(tree: Tree, values: P.Params) -> dict[str, str]:
             out[f"{key}~now"] = promql.substitute(query, values, tree.target)
     if tree.traffic is not None:
         out["traffic"] = promql.substitute(tree.traffic.query, values, tree.target)
+    for context in tree.detect.context:
+        out[f"detect.{context.id}"] = promql.substitute(context.query, values, tree.target)
     for node, _ in walk(list(tree.nodes)):
         if isinstance(node, CheckNode):
             for context in node.context:

@@ -257,7 +257,7 @@ def diagnose_target(
     explains: Explanations | None = None,
 ) -> TargetDiagnosis:
     detect_q = questions["detect"]
-    detected = judge(detect_q, key)
+    detected = judge(detect_q, key, context_values(contexts.get("detect", ()), key))
     detect = result(detect_q, detected, 0, None, None)
     present = {Verdict.MATCHED: True, Verdict.CLEAR: False}.get(detected.verdict)
     state = _Walk(key, questions, traffic, contexts)

@@ -277,6 +277,8 @@ class Detect(Conditional):
     """The symptom's own entry condition, evaluated per target."""
 
     title: Text
+    # Values shown beside the detect's evidence, deciding nothing (e.g. the histogram's top bucket).
+    context: list[Context] = []
 
 
 class Traffic(Strict):
@@ -319,6 +321,7 @@ def queries(tree: Tree) -> list[tuple[str, str]]:
     """Every query of a tree as written, keyed: detect (`detect/condition` inside all / any),
     traffic, each check (likewise) and each context value (`check.context`)."""
     out = [(key, leaf.comparison()[0]) for key, leaf in leaves("detect", tree.detect)]
+    out += [(f"detect.{c.id}", c.query) for c in tree.detect.context]
     if tree.traffic is not None:
         out.append(("traffic", tree.traffic.query))
     for node, _ in walk(list(tree.nodes)):

@@ -41,6 +41,8 @@ def check_tree(tree: Tree, stem: str, catalog: Catalog | None) -> Found:
     yield from _check_ids(tree)
     params = {name: p.default for name, p in tree.params.items()}
     yield from _check_conditional(tree, ("detect",), tree.detect, params)
+    for index, context in enumerate(tree.detect.context):
+        yield from _check_query(tree, ("detect", "context", index, "query"), context.query, params)
     if tree.traffic is not None:
         yield from _check_query(tree, ("traffic", "query"), tree.traffic.query, params)
         yield from _check_number(tree, ("traffic", "min"), tree.traffic.min)
