@@ -31,6 +31,7 @@ from pydantic import (
 
 from diagnosd.sources import PrometheusConfig
 from diagnosd.trees.model import DURATION, LABEL_NAME
+from diagnosd.trees.promql import format_duration
 
 MIN_SECRET = 16
 
@@ -61,17 +62,6 @@ def _strong(secret: SecretStr) -> SecretStr:
     if len(secret.get_secret_value()) < MIN_SECRET:
         raise ValueError(f"too short: use at least {MIN_SECRET} characters (e.g. `openssl rand -hex 16`)")
     return secret
-
-
-def format_duration(value: timedelta) -> str:
-    """A timedelta the way Prometheus writes durations: 1d2h, 30s, 250ms."""
-    millis = round(value.total_seconds() * 1000)
-    parts = []
-    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000), ("ms", 1)):
-        count, millis = divmod(millis, size)
-        if count:
-            parts.append(f"{count}{unit}")
-    return "".join(parts) or "0s"
 
 
 Duration = Annotated[

@@ -106,12 +106,14 @@ class Evaluator:
         """Current answers whose window reaches before the history Prometheus holds, marked so."""
         if self.history_start is None:
             return answers
-        held = max(at - self.history_start, timedelta(0))
+        # Whole seconds: "holds 9s", not "9s600ms".
+        held = timedelta(seconds=int(max(at - self.history_start, timedelta(0)).total_seconds()))
         out = dict(answers)
         for (query, when), answer in answers.items():
             needs = promql.reach(promql.parse(query))
             if when == at and needs > held:
-                why = f"Prometheus holds {_span(held)} of history; this query reads {_span(needs)}"
+                span = promql.format_duration
+                why = f"Prometheus holds {span(held)} of history; this query reads {span(needs)}"
                 out[(query, when)] = replace(answer, short_history=why)
         return out
 
@@ -369,11 +371,3 @@ def _targets(
         keys = {k for (_, when), answer in answers.items() if when == at for k in answer.by_target}
     wanted = {i: value for i, label in enumerate(tree.target) for name, value in scope.pairs if name == label}
     return sorted(k for k in keys if all(k[i] == value for i, value in wanted.items()))
-
-
-def _span(delta: timedelta) -> str:
-    seconds = int(delta.total_seconds())
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size and seconds % size == 0:
-            return f"{seconds // size}{unit}"
-    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"

@@ -19,7 +19,7 @@ import asyncio
 import re
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 from diagnosd.engine import params as P
 from diagnosd.engine.evaluator import Evaluator
@@ -156,7 +156,7 @@ async def _look(
             # The detect-only pass asks two things at most: now, and its baseline (at another time).
             past = [samples for (_, when), samples in recorder.answers.items() if when != at]
             if _has_baseline(tree) and past and not any(past):
-                look.baseline_missing = _duration(at - min(w for (_, w) in recorder.answers if w != at))
+                look.baseline_missing = promql.format_duration(at - min(w for (_, w) in recorder.answers if w != at))
         return look
     look.unseen = [_why(tree, t, recorder, at) for t in detected.targets if t.symptom_present is None]
     if look.unseen and all(reason == T.METRIC_ABSENT for reason, _ in look.unseen):
@@ -214,7 +214,7 @@ def _why(tree: Tree, target: TargetDiagnosis, recorder: _Recorder, at: datetime)
     if _has_baseline(tree) and evidence is not None and evidence.baseline_at is not None:
         past = recorder.answers.get((evidence.query, evidence.baseline_at))
         if detect.reason is Reason.NO_BASELINE or (past is not None and not _has(past, tree, target.labels)):
-            return T.NO_BASELINE, f"nothing {_duration(at - evidence.baseline_at)} ago to compare with"
+            return T.NO_BASELINE, f"nothing {promql.format_duration(at - evidence.baseline_at)} ago to compare with"
     return str(detect.reason or T.NO_DATA), detect.detail or ""
 
 
@@ -230,14 +230,6 @@ def _has(samples: Sequence[Sample], tree: Tree, labels: Mapping[str, str]) -> bo
         if not any(label in sample.labels for label in tree.target):
             return True
     return False
-
-
-def _duration(delta: timedelta) -> str:
-    seconds = int(delta.total_seconds())
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds and seconds % size == 0:
-            return f"{seconds // size}{unit}"
-    return f"{seconds}s"
 
 
 def _absent(

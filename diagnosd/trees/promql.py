@@ -89,6 +89,17 @@ def _name_matcher_values(node: pp.VectorSelector) -> list[str]:
     return []
 
 
+def format_duration(value: timedelta) -> str:
+    """A timedelta the way Prometheus writes durations: 1d2h, 30s, 250ms."""
+    millis = round(value.total_seconds() * 1000)
+    parts = []
+    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000), ("ms", 1)):
+        count, millis = divmod(millis, size)
+        if count:
+            parts.append(f"{count}{unit}")
+    return "".join(parts) or "0s"
+
+
 def reach(expr: pp.Expr) -> timedelta:
     """How far before its evaluation time a query reads, at most: its longest range or offset, plus
     every subquery's window (nested subqueries add up). A bound, for telling a TSDB too young."""
