@@ -18,6 +18,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from diagnosd import runtime
 from diagnosd.engine import ParamError, Scope
 from diagnosd.engine import coverage as engine_coverage
@@ -25,8 +27,10 @@ from diagnosd.errors import DiagnosdError, RulesError, ScopeError, SourceError, 
 from diagnosd.moments import parse_moment
 from diagnosd.render import json as render_json
 from diagnosd.render import text as render_text
+from diagnosd.settings import TopologySettings
 from diagnosd.sinks import alertrules
 from diagnosd.sources import PrometheusConfig, PrometheusSource
+from diagnosd.topology import Topology
 from diagnosd.trees import catalogdoc
 
 EXIT_OK, EXIT_RULES, EXIT_USAGE, EXIT_SOURCE = 0, 1, 2, 3
@@ -109,6 +113,7 @@ def parser() -> argparse.ArgumentParser:
         "--param", action="append", default=[], metavar="NAME=VALUE", help="override a tree param (repeatable)"
     )
     _prometheus_options(diagnose)
+    topology_options(diagnose)
     _format_lang(diagnose)
     diagnose.add_argument("--verbose", action="store_true", help="text: every target's whole tree, not one line each")
 
@@ -177,6 +182,29 @@ def _prometheus_options(command: argparse.ArgumentParser) -> None:
     command.add_argument("--ca-file", type=Path, metavar="FILE", help="CA bundle to verify Prometheus' certificate")
     command.add_argument("--insecure-skip-verify", action="store_true", help="do not verify TLS certificates")
     command.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS", help="seconds per query")
+
+
+def topology_options(command: argparse.ArgumentParser) -> None:
+    """How this cluster tells a canary apart (the `@canary` / `@stable` recipes); settings: topology.*."""
+    command.add_argument("--canary-label", default="track", metavar="LABEL", help="label that marks the canary")
+    command.add_argument("--canary-value", default="canary", metavar="VALUE", help="its value on the canary")
+    command.add_argument(
+        "--canary-pod-pattern",
+        metavar="REGEX",
+        help="tell the canary by pod name instead (whole name, RE2), e.g. '.+-canary-.+'",
+    )
+
+
+def topology(args: argparse.Namespace) -> Topology:
+    try:
+        settings = TopologySettings(
+            canary_label=args.canary_label, canary_value=args.canary_value, canary_pod_pattern=args.canary_pod_pattern
+        )
+    except ValidationError as error:
+        problem = error.errors()[0]
+        flag = "--" + str(problem["loc"][0]).replace("_", "-")
+        raise UsageError(flag, str(problem["msg"]).removeprefix("Value error, ")) from None
+    return settings.topology()
 
 
 def parse_time(text: str) -> datetime:
@@ -258,7 +286,7 @@ async def diagnose(rules: runtime.Rules, args: argparse.Namespace) -> int:
         raise UnknownSymptom(args.symptom, list(rules.ruleset.trees))
     scope = Scope.parse(args.match)
     overrides = dict(_pair(item, "--param") for item in args.param)
-    async with runtime.evaluator(_config(args), rules) as evaluator:
+    async with runtime.evaluator(_config(args), rules, topology=topology(args)) as evaluator:
         result = await evaluator.diagnose(tree, scope, args.at, overrides)
     if args.format == "json":
         print(json.dumps(render_json.diagnosis(result), ensure_ascii=False, indent=2))

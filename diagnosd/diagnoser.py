@@ -20,6 +20,8 @@ from diagnosd.findings.triage import Board
 from diagnosd.sinks.metrics import Metrics
 from diagnosd.sources.base import QuerySource
 from diagnosd.sources.metered import MeteredSource
+from diagnosd.topology import DEFAULT as DEFAULT_TOPOLOGY
+from diagnosd.topology import Topology
 from diagnosd.trees import RuleSet, Tree
 from diagnosd.trees.aliases import Aliases
 
@@ -49,6 +51,7 @@ class Diagnoser:
         *,
         strict_labels: Sequence[str] = (),
         params: Mapping[str, Mapping[str, float | str]] | None = None,
+        topology: Topology = DEFAULT_TOPOLOGY,
     ) -> None:
         self._source = source
         self.ruleset = ruleset
@@ -56,6 +59,7 @@ class Diagnoser:
         self._metrics = metrics
         self._strict = tuple(strict_labels)
         self._params = params or {}
+        self._topology = topology
 
     def tree(self, symptom: str) -> Tree:
         tree = self.ruleset.tree(symptom)
@@ -65,7 +69,7 @@ class Diagnoser:
 
     async def diagnose(self, tree: Tree, scope: Scope, at: datetime | None, trigger: Trigger) -> Looked:
         source = MeteredSource(self._source, self._metrics.query)
-        evaluator = Evaluator(source, self._aliases, strict_labels=self._strict)
+        evaluator = Evaluator(source, self._aliases, strict_labels=self._strict, topology=self._topology)
         start = time.perf_counter()
         outcome = "error"
         try:
@@ -90,6 +94,7 @@ class Diagnoser:
             at,
             params=self._params,
             strict_labels=self._strict,
+            topology=self._topology,
         )
 
 

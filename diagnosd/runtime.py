@@ -16,6 +16,8 @@ from diagnosd.engine.params import effective
 from diagnosd.errors import Problem, SettingsError
 from diagnosd.settings import Settings
 from diagnosd.sources import PrometheusConfig, PrometheusSource, QuerySource
+from diagnosd.topology import DEFAULT as DEFAULT_TOPOLOGY
+from diagnosd.topology import Topology
 from diagnosd.trees import RuleSet, load_rules
 from diagnosd.trees.aliases import Aliases, load_aliases
 from diagnosd.trees.location import rules_dir_variable, shipped_rules_dir
@@ -41,11 +43,14 @@ def load(directory: Path | None = None) -> Rules:
 
 @asynccontextmanager
 async def evaluator(
-    config: PrometheusConfig, rules: Rules, strict_labels: tuple[str, ...] = ()
+    config: PrometheusConfig,
+    rules: Rules,
+    strict_labels: tuple[str, ...] = (),
+    topology: Topology = DEFAULT_TOPOLOGY,
 ) -> AsyncIterator[Evaluator]:
     """An Evaluator on a PrometheusSource whose HTTP client lives as long as the context."""
     async with config.client() as client:
-        yield Evaluator(PrometheusSource(config, client), rules.aliases, strict_labels=strict_labels)
+        yield Evaluator(PrometheusSource(config, client), rules.aliases, strict_labels=strict_labels, topology=topology)
 
 
 # The daemon's composition: settings + rules + the seams a test may replace (registry, clock, source).

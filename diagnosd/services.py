@@ -61,6 +61,7 @@ async def open_services(runtime: Runtime) -> AsyncIterator[Services]:
             metrics,
             strict_labels=settings.prometheus.strict_labels,
             params=settings.params,
+            topology=settings.topology.topology(),
         )
         hook = settings.webhook
         inbox = Inbox(

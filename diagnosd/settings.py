@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import re
 from collections.abc import Mapping
 from datetime import timedelta
 from enum import StrEnum
@@ -30,6 +31,7 @@ from pydantic import (
 )
 
 from diagnosd.sources import PrometheusConfig
+from diagnosd.topology import Topology
 from diagnosd.trees.model import DURATION, LABEL_NAME
 from diagnosd.trees.promql import format_duration
 
@@ -231,6 +233,29 @@ class AuthSettings(Section):
         return not (self.api_tokens or self.webhook_tokens or self.webhook_username)
 
 
+class TopologySettings(Section):
+    """How this cluster tells a canary from the stable pods (the `@canary` / `@stable` recipes)."""
+
+    canary_label: LabelName = "track"
+    canary_value: str = "canary"
+    # A regex over the whole pod name (e.g. ".+-canary-.+"; Prometheus anchors it, RE2 syntax);
+    # when set it decides instead of the label.
+    canary_pod_pattern: str | None = None
+
+    @field_validator("canary_pod_pattern")
+    @classmethod
+    def _pattern(cls, pattern: str | None) -> str | None:
+        if pattern is not None:
+            try:
+                re.compile(pattern)
+            except re.error as error:
+                raise ValueError(f"not a regular expression: {error}") from None
+        return pattern
+
+    def topology(self) -> Topology:
+        return Topology(self.canary_label, self.canary_value, self.canary_pod_pattern)
+
+
 class MetricsSettings(Section):
     # At most this many diagnosd_root_cause/symptom_active/check_value series per scrape.
     max_series: Annotated[int, Field(ge=1)] = 10_000
@@ -245,6 +270,7 @@ class Settings(Section):
     webhook: WebhookSettings = WebhookSettings()
     auth: AuthSettings = AuthSettings()
     metrics: MetricsSettings = MetricsSettings()
+    topology: TopologySettings = TopologySettings()
     rules_dir: Path | None = None
     log_level: LogLevel = LogLevel.INFO
     # symptom -> {param: value}: per-deployment overrides of tree params.

@@ -36,7 +36,17 @@ from types import FrameType
 from typing import Any
 
 from diagnosd import runtime
-from diagnosd.cli import EXIT_OK, EXIT_SOURCE, _config, _format_lang, _prometheus_options, _prometheus_url, parse_time
+from diagnosd.cli import (
+    EXIT_OK,
+    EXIT_SOURCE,
+    _config,
+    _format_lang,
+    _prometheus_options,
+    _prometheus_url,
+    parse_time,
+    topology,
+    topology_options,
+)
 from diagnosd.engine import Scope
 from diagnosd.engine.triage import triage
 from diagnosd.errors import SourceError, UsageError
@@ -93,6 +103,7 @@ def register(commands: Any) -> None:
     )
     tri.add_argument("--at", type=parse_time, metavar="TIME", help="RFC3339 or Unix time (default: now)")
     _prometheus_options(tri)
+    topology_options(tri)
     _format_lang(tri)
     tri.set_defaults(driver="diagnosd.triage_cli")
 
@@ -122,6 +133,7 @@ def register(commands: Any) -> None:
         "--scrape-interval", type=_seconds, default=5.0, metavar="SECONDS", help="how often Prometheus scrapes"
     )
     watch.add_argument("--lang", choices=("en", "zh"), default="en", help="language of the board")
+    topology_options(watch)
     watch.add_argument("--prometheus-binary", default="prometheus", metavar="PATH", help="the Prometheus to run")
     watch.set_defaults(driver="diagnosd.triage_cli")
 
@@ -157,7 +169,14 @@ def status(board: Board) -> int:
 async def _board(config: PrometheusConfig, rules: runtime.Rules, scope: Scope, args: argparse.Namespace) -> Board:
     async with config.client() as client:
         source = PrometheusSource(config, client)
-        return await triage(source, rules.ruleset.trees.values(), rules.aliases, scope, getattr(args, "at", None))
+        return await triage(
+            source,
+            rules.ruleset.trees.values(),
+            rules.aliases,
+            scope,
+            getattr(args, "at", None),
+            topology=topology(args),
+        )
 
 
 # watch
@@ -304,7 +323,13 @@ async def _round(config: PrometheusConfig, rules: runtime.Rules, args: argparse.
     async with config.client() as client:
         source = PrometheusSource(config, client)
         board = await triage(
-            source, rules.ruleset.trees.values(), rules.aliases, Scope(), None, history_start=args.history_start
+            source,
+            rules.ruleset.trees.values(),
+            rules.aliases,
+            Scope(),
+            None,
+            history_start=args.history_start,
+            topology=topology(args),
         )
         up = await source.query(f'up{{job=~"{WATCH_JOB}.*"}}', board.evaluated_at)
     states = sorted((s.labels.get("instance", "?"), s.value == 1) for s in up)

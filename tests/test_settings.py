@@ -157,11 +157,20 @@ def test_invalid_yaml_names_the_line_without_quoting_it(tmp_path: Path) -> None:
         ({"DIAGNOSD_PROMETHEUS_USERNAME": "u"}, "username and password go together"),
         ({"DIAGNOSD_SCHEDULER_SCOPE": '{"bad-label": "x"}'}, "is not a label name"),
         ({"DIAGNOSD_SCHEDULER_INTERVAL": "0s"}, "must be longer than 0s"),
+        ({"DIAGNOSD_TOPOLOGY_CANARY_POD_PATTERN": ".+-canary-(.+"}, "topology.canary_pod_pattern: .*not a regular"),
+        ({"DIAGNOSD_TOPOLOGY_CANARY_LABEL": "track-name"}, "topology.canary_label: .*is not a label name"),
     ],
 )
 def test_unsafe_or_inconsistent_settings_are_refused(env: dict[str, str], message: str) -> None:
     with pytest.raises(SettingsError, match=message):
         load_settings(None, BASE | env)
+
+
+def test_the_canary_convention_reaches_the_topology_recipes() -> None:
+    default = load_settings(None, BASE).topology.topology()
+    assert (default.canary_label, default.canary_value, default.canary_pod_pattern) == ("track", "canary", None)
+    env = BASE | {"DIAGNOSD_TOPOLOGY_CANARY_POD_PATTERN": ".+-canary-.+"}
+    assert load_settings(None, env).topology.topology().canary_pod_pattern == ".+-canary-.+"
 
 
 def test_non_loopback_with_tokens_or_explicit_anonymous_is_fine() -> None:

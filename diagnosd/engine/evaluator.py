@@ -20,6 +20,8 @@ from diagnosd.engine.walk import diagnose_target, explanations
 from diagnosd.errors import QueryRejected, SourceError
 from diagnosd.findings.model import Diagnosis, NodeKind
 from diagnosd.sources.base import QuerySource, Sample, declared_types, warnings_of
+from diagnosd.topology import DEFAULT as DEFAULT_TOPOLOGY
+from diagnosd.topology import Topology
 from diagnosd.trees import promql
 from diagnosd.trees.aliases import Aliases
 from diagnosd.trees.families import absent_notes, probes
@@ -45,6 +47,7 @@ class Evaluator:
         strict_labels: Iterable[str] = (),
         lookback: timedelta = timedelta(hours=1),
         history_start: datetime | None = None,
+        topology: Topology = DEFAULT_TOPOLOGY,
     ) -> None:
         self.source = source
         self.aliases = aliases or Aliases()
@@ -56,6 +59,8 @@ class Evaluator:
         # When the Prometheus asked started keeping data (a TSDB made minutes ago): a query whose
         # window reaches before it is unknown (short history), not judged on a partial window.
         self.history_start = history_start
+        # The deployment conventions the topology recipes read (how a canary is told apart).
+        self.topology = topology
 
     async def diagnose(
         self,
@@ -67,7 +72,7 @@ class Evaluator:
         scope = scope or Scope()
         at = (at or datetime.now(UTC)).astimezone(UTC)
         values = P.effective(tree, overrides)
-        texts = _texts(tree, values)
+        texts = _texts(tree, values, self.topology)
         offsets = _offsets(tree, values)
         start = at - max(offsets.values(), default=timedelta(0)) - self.lookback
         spellings, notes = await self._spellings(texts.values(), start, at)
@@ -221,7 +226,7 @@ class Evaluator:
         return dict(await asyncio.gather(*(one(job) for job in sorted(jobs, key=lambda j: (j[1], j[0])))))
 
 
-def _texts(tree: Tree, values: P.Params) -> dict[str, str]:
+def _texts(tree: Tree, values: P.Params, topology: Topology) -> dict[str, str]:
     """Every query of the tree with params substituted, by the key of what asks it.
 
     A sustained comparison asks two: its quantile over the window (judged) and, as `key~now`,
@@ -230,17 +235,17 @@ def _texts(tree: Tree, values: P.Params) -> dict[str, str]:
     out: dict[str, str] = {}
     for key, leaf in _leaves(tree):
         query, _ = leaf.comparison()
-        out[key] = promql.substitute(sustained_query(leaf, values), values, tree.target)
+        out[key] = promql.substitute(sustained_query(leaf, values), values, tree.target, topology)
         if leaf.sustained is not None:
-            out[f"{key}~now"] = promql.substitute(query, values, tree.target)
+            out[f"{key}~now"] = promql.substitute(query, values, tree.target, topology)
     if tree.traffic is not None:
-        out["traffic"] = promql.substitute(tree.traffic.query, values, tree.target)
+        out["traffic"] = promql.substitute(tree.traffic.query, values, tree.target, topology)
     for context in tree.detect.context:
-        out[f"detect.{context.id}"] = promql.substitute(context.query, values, tree.target)
+        out[f"detect.{context.id}"] = promql.substitute(context.query, values, tree.target, topology)
     for node, _ in walk(list(tree.nodes)):
         if isinstance(node, CheckNode):
             for context in node.context:
-                out[f"{node.id}.{context.id}"] = promql.substitute(context.query, values, tree.target)
+                out[f"{node.id}.{context.id}"] = promql.substitute(context.query, values, tree.target, topology)
     return out
 
 

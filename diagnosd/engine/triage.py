@@ -28,6 +28,8 @@ from diagnosd.errors import QueryRejected, SourceError, SourceTimeout, SourceUna
 from diagnosd.findings import triage as T
 from diagnosd.findings.model import Diagnosis, Reason, TargetDiagnosis
 from diagnosd.sources.base import QuerySource, Sample, declared_types
+from diagnosd.topology import DEFAULT as DEFAULT_TOPOLOGY
+from diagnosd.topology import Topology
 from diagnosd.trees import families, promql
 from diagnosd.trees.aliases import Aliases
 from diagnosd.trees.model import Tree, leaves
@@ -73,6 +75,20 @@ class _Recorder:
         return await declared_types(self._inner, names)
 
 
+@dataclass(frozen=True)
+class _Options:
+    """How every pass of one triage builds its Evaluator."""
+
+    strict_labels: Sequence[str]
+    history_start: datetime | None
+    topology: Topology
+
+    def evaluator(self, source: QuerySource, aliases: Aliases) -> Evaluator:
+        return Evaluator(
+            source, aliases, strict_labels=self.strict_labels, history_start=self.history_start, topology=self.topology
+        )
+
+
 @dataclass
 class _Look:
     """One tree's pass, before the board is assembled (exporter presence needs every tree's names)."""
@@ -103,6 +119,7 @@ async def triage(
     strict_labels: Sequence[str] = (),
     concurrency: int = 4,
     history_start: datetime | None = None,
+    topology: Topology = DEFAULT_TOPOLOGY,
 ) -> T.Board:
     """The board for `scope` at `at` (default now). Raises the source's error when nothing at all
     could be looked at because Prometheus failed (unreachable first), never an empty board."""
@@ -115,7 +132,8 @@ async def triage(
 
     async def one(tree: Tree) -> _Look:
         async with limit:
-            return await _look(source, tree, aliases, scope, at, params.get(tree.id), strict_labels, history_start)
+            options = _Options(strict_labels, history_start, topology)
+            return await _look(source, tree, aliases, scope, at, params.get(tree.id), options)
 
     looks = await asyncio.gather(*(one(tree) for tree in ordered))
     board = _board(looks, scope, at)
@@ -132,12 +150,11 @@ async def _look(
     scope: Scope,
     at: datetime,
     overrides: Mapping[str, float | str] | None,
-    strict_labels: Sequence[str],
-    history_start: datetime | None = None,
+    options: _Options,
 ) -> _Look:
     look = _Look(tree)
     recorder = _Recorder(source)
-    evaluator = Evaluator(recorder, aliases, strict_labels=strict_labels, history_start=history_start)
+    evaluator = options.evaluator(recorder, aliases)
     try:
         detected = await evaluator.diagnose(_detect_only(tree), scope, at, overrides)
     except SourceError as error:
@@ -152,7 +169,7 @@ async def _look(
         if recorder.errors:
             look.failed = _worst(recorder.errors)
         else:
-            look.names, look.absent = _absent(tree, overrides, aliases, recorder)
+            look.names, look.absent = _absent(tree, overrides, aliases, recorder, options.topology)
             # The detect-only pass asks two things at most: now, and its baseline (at another time).
             past = [samples for (_, when), samples in recorder.answers.items() if when != at]
             if _has_baseline(tree) and past and not any(past):
@@ -161,14 +178,14 @@ async def _look(
     look.unseen = [_why(tree, t, recorder, at) for t in detected.targets if t.symptom_present is None]
     if look.unseen and all(reason == T.METRIC_ABSENT for reason, _ in look.unseen):
         # A compound detect sees targets through one condition while another's exporter is missing.
-        look.names, look.absent = _absent(tree, overrides, aliases, recorder)
+        look.names, look.absent = _absent(tree, overrides, aliases, recorder, options.topology)
     matched = [t for t in detected.targets if t.symptom_present is True]
     if not matched:
         return look
     walker = _Recorder(source)
     full: Diagnosis | None = None
     try:
-        walk = Evaluator(walker, aliases, strict_labels=strict_labels, history_start=history_start)
+        walk = options.evaluator(walker, aliases)
         full = await walk.diagnose(tree, scope, at, overrides)
     except SourceError as error:
         look.walk_failed = error
@@ -233,10 +250,13 @@ def _has(samples: Sequence[Sample], tree: Tree, labels: Mapping[str, str]) -> bo
 
 
 def _absent(
-    tree: Tree, overrides: Mapping[str, float | str] | None, aliases: Aliases, recorder: _Recorder
+    tree: Tree, overrides: Mapping[str, float | str] | None, aliases: Aliases, recorder: _Recorder, topology: Topology
 ) -> tuple[tuple[str, ...], tuple[str, ...]]:
     values = P.effective(tree, overrides)
-    texts = [promql.substitute(leaf.comparison()[0], values, tree.target) for _, leaf in leaves("detect", tree.detect)]
+    texts = [
+        promql.substitute(leaf.comparison()[0], values, tree.target, topology)
+        for _, leaf in leaves("detect", tree.detect)
+    ]
     names = tuple(dict.fromkeys(n for text in texts for n in promql.selector_names(promql.parse(text))))
     if not recorder.names_known:
         return names, ()

@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from diagnosd.findings.fingerprint import fingerprint, labels_key
 from diagnosd.findings.lifecycle import Finding, Observed, ResolvedBy, State, Trigger, advance
 from diagnosd.findings.model import Diagnosis
-from diagnosd.findings.observe import Observation, observe
+from diagnosd.findings.observe import Observation, fleet_labels, observe
 from diagnosd.findings.store import Store
 from diagnosd.findings.target import TargetState, target_state
 
@@ -54,6 +54,8 @@ class Tracker:
         for o in observe(diagnosis):
             self._step(o, now, for_, trigger, alert, diagnosis.evaluated_at, changed, forgotten)
         seen = {labels_key(t.labels) for t in diagnosis.targets}
+        if diagnosis.fleet:
+            seen.add(labels_key(fleet_labels(diagnosis)))
         if complete_scope is not None:
             for f in self._active.values():
                 if f.symptom == diagnosis.symptom and labels_key(f.labels) not in seen and _within(f, complete_scope):

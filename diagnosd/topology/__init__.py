@@ -6,9 +6,10 @@ and referenced from rules as `@name` or `@name(expr)`.
 """
 
 from diagnosd.topology.levels import Level, exporter_labels_renamed, level_of
-from diagnosd.topology.recipes import JOIN_MARK, RECIPES, UNSCOPED_MARK, Topology, expand, recipe_refs
+from diagnosd.topology.recipes import DEFAULT, JOIN_MARK, RECIPES, UNSCOPED_MARK, Topology, expand, recipe_refs
 
 __all__ = [
+    "DEFAULT",
     "JOIN_MARK",
     "RECIPES",
     "UNSCOPED_MARK",

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
 
 from diagnosd.api.schemas import DiagnosisOut
-from tests.serving import AT, build, serve, settings
+from tests.serving import AT, RULES, build, serve, settings
 
 
 @pytest.fixture
@@ -138,3 +139,41 @@ async def test_bad_format_is_422(prometheus_url: str, tmp_path: Path) -> None:
         response = await client.get("/diagnose/queue_backlog", params={"format": "xml"})
     assert response.status_code == 422
     assert response.json()["problems"][0]["loc"] == ["query", "format"]
+
+
+async def test_the_daemon_reads_the_canary_convention_from_its_settings(prometheus_url: str, tmp_path: Path) -> None:
+    """topology.canary_pod_pattern reaches the rules' `@stable` recipe: the pod it names drops out."""
+    rules = tmp_path / "rules"
+    shutil.copytree(RULES, rules)
+    tree = rules / "kv_hit_low.yaml"
+    tree.write_text(
+        tree.read_text().replace("(vllm:gpu_prefix_cache_hit_rate)", "(vllm:gpu_prefix_cache_hit_rate{@stable})")
+    )
+    params = {"namespace": "prod", "at": AT.isoformat()}
+
+    async def pods(**sections: object) -> dict[str, bool | None]:
+        async with serve(build(settings(prometheus_url, tmp_path, rules_dir=str(rules), **sections))) as (client, _):
+            body = (await client.get("/diagnose/kv_hit_low", params=params)).json()
+        return {t["labels"]["pod"]: t["symptom_present"] for t in body["targets"]}
+
+    assert (await pods())["vllm-1"] is True  # default convention: track="canary", which no pod carries
+    assert "vllm-1" not in await pods(topology={"canary_pod_pattern": "vllm-1"})
+
+
+async def test_a_fleet_level_cause_is_tracked_exported_and_listed_once(prometheus_url: str, tmp_path: Path) -> None:
+    """A check answered without target labels becomes one `level="fleet"` finding, not one per pod."""
+    rules = tmp_path / "rules"
+    shutil.copytree(RULES, rules)
+    tree = rules / "kv_hit_low.yaml"
+    tree.write_text(
+        tree.read_text().replace("max by ($target) (vllm:prefix_caching_disabled)", "max(vllm:prefix_caching_disabled)")
+    )
+    async with serve(build(settings(prometheus_url, tmp_path, rules_dir=str(rules)))) as (client, services):
+        await services.scheduler.run_round()
+        findings = (await client.get("/findings")).json()["findings"]
+        metrics = (await client.get("/metrics")).text
+    fleet = [f for f in findings if f["symptom"] == "kv_hit_low"]
+    assert [(f["cause"], f["labels"], f["state"]) for f in fleet] == [
+        ("prefix_cache_disabled", {"level": "fleet"}, "firing")
+    ]
+    assert 'diagnosd_root_cause{cause="prefix_cache_disabled",level="fleet"' in metrics

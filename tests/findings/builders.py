@@ -3,9 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 
-from diagnosd.findings.model import CheckResult, Diagnosis, Evidence, NodeKind, RootCause, TargetDiagnosis, Verdict
+from diagnosd.findings.model import (
+    CheckResult,
+    Diagnosis,
+    Evidence,
+    FleetResult,
+    NodeKind,
+    RootCause,
+    TargetDiagnosis,
+    Verdict,
+)
 from diagnosd.trees.model import Severity, Text
 
 AT = datetime(2026, 1, 2, 1, 0, tzinfo=UTC)
@@ -85,3 +95,13 @@ def clear(pod: str = "vllm-0") -> TargetDiagnosis:
 
 def unknown(pod: str = "vllm-0") -> TargetDiagnosis:
     return target(pod, None, [check("kv_pool_full", Verdict.UNKNOWN, None, "kv_pool_full")])
+
+
+def fleetwide(present: bool | None, verdict: Verdict, scope: Mapping[str, str] | None = None) -> Diagnosis:
+    """idle_gpus judged once for the scope (its answer had no target labels); one target's symptom."""
+    result = FleetResult(
+        check("idle_gpus", verdict, 3.0 if verdict is not Verdict.UNKNOWN else None, "idle_gpus"),
+        cause("idle_gpus", 3.0) if verdict is Verdict.MATCHED else None,
+    )
+    fleet_check = check("idle_gpus", Verdict.UNKNOWN, None, "idle_gpus")
+    return replace(diagnosis(target("vllm-0", present, [fleet_check]), scope=scope), fleet=(result,))

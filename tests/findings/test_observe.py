@@ -5,7 +5,7 @@ from __future__ import annotations
 from diagnosd.findings.lifecycle import Observed
 from diagnosd.findings.model import Verdict
 from diagnosd.findings.observe import observe
-from tests.findings.builders import check, diagnosis, target
+from tests.findings.builders import check, diagnosis, fleetwide, target
 
 
 def seen(*checks_: object, present: bool | None = True, causes: tuple[str, ...] = ()) -> dict[str, Observed]:
@@ -45,3 +45,27 @@ def test_manual_causes_are_never_observed() -> None:
 def test_a_cause_with_two_checks_is_unknown_if_either_could_not_look() -> None:
     result = seen(check("a", Verdict.CLEAR, 0.1, "twice"), check("b", Verdict.UNKNOWN, None, "twice"))
     assert result == {"twice": Observed.UNKNOWN}
+
+
+def test_a_fleet_level_cause_is_one_finding_for_the_scope_where_the_symptom_is() -> None:
+    scope = {"namespace": "prod"}
+    fleet = [o for o in observe(fleetwide(True, Verdict.MATCHED, scope)) if o.labels.get("level") == "fleet"]
+    assert [(o.cause, dict(o.labels), o.seen) for o in fleet] == [
+        ("idle_gpus", {"namespace": "prod", "level": "fleet"}, Observed.HOLDS)
+    ]
+    assert fleet[0].root_cause is not None
+    # The target itself never holds it: it reads unknown (fleet_level), not a root cause.
+    [on_target] = [o for o in observe(fleetwide(True, Verdict.MATCHED, scope)) if "pod" in o.labels]
+    assert on_target.seen is Observed.UNKNOWN
+
+
+def test_a_fleet_level_cause_needs_the_symptom() -> None:
+    """Matched fleet-wide, but no target has the symptom: clear where it is absent, unknown where unseen."""
+    [absent] = [o for o in observe(fleetwide(False, Verdict.MATCHED)) if "pod" not in o.labels]
+    assert absent.seen is Observed.CLEAR
+    [unseen] = [o for o in observe(fleetwide(None, Verdict.MATCHED)) if "pod" not in o.labels]
+    assert unseen.seen is Observed.UNKNOWN
+    [ran_clear] = [o for o in observe(fleetwide(True, Verdict.CLEAR)) if "pod" not in o.labels]
+    assert ran_clear.seen is Observed.CLEAR
+    [could_not] = [o for o in observe(fleetwide(True, Verdict.UNKNOWN)) if "pod" not in o.labels]
+    assert could_not.seen is Observed.UNKNOWN

@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 
 from diagnosd.findings.lifecycle import ResolvedBy, State, Trigger
+from diagnosd.findings.model import Verdict
 from diagnosd.findings.store import FindingQuery, Store
 from diagnosd.findings.tracker import Tracker
-from tests.findings.builders import AT, clear, diagnosis, holding, unknown
+from tests.findings.builders import AT, clear, diagnosis, fleetwide, holding, unknown
 
 ZERO = timedelta(0)
 
@@ -125,3 +126,20 @@ def test_target_states_follow_the_last_diagnosis_and_expire(store: Store) -> Non
     assert tracker.states(AT + timedelta(minutes=11), timedelta(minutes=10)) == []
     assert tracker.expire(AT + timedelta(minutes=11), timedelta(minutes=10)) == 1
     assert store.states() == []
+
+
+def test_a_fleet_level_finding_fires_and_a_complete_round_does_not_call_it_gone(store: Store) -> None:
+    tracker = Tracker(store)
+    at = AT
+    changed = tracker.record(fleetwide(True, Verdict.MATCHED), trigger=Trigger.ROUND, now=at, for_=ZERO)
+    assert [(f.cause, f.labels, f.state) for f in changed] == [("idle_gpus", {"level": "fleet"}, State.FIRING)]
+    later = at + timedelta(minutes=1)
+    again = tracker.record(
+        fleetwide(True, Verdict.MATCHED), trigger=Trigger.ROUND, now=later, for_=ZERO, complete_scope={}
+    )
+    assert [f.state for f in again] == [State.FIRING]  # refreshed, not resolved as gone
+    end = at + timedelta(minutes=2)
+    cleared = tracker.record(
+        fleetwide(True, Verdict.CLEAR), trigger=Trigger.ROUND, now=end, for_=ZERO, complete_scope={}
+    )
+    assert [f.state for f in cleared] == [State.RESOLVED]

@@ -14,6 +14,7 @@ from diagnosd.findings import Verdict
 from diagnosd.findings.model import CheckResult, Diagnosis
 from diagnosd.rulestest.openmetrics import Series
 from diagnosd.sources import PrometheusConfig, PrometheusSource
+from diagnosd.topology import Topology
 from diagnosd.trees.model import Tree
 from tests.conftest import StartPrometheus
 
@@ -253,3 +254,41 @@ def test_a_missing_join_alternative_is_no_absent_metric(start_prometheus: StartP
     assert check.reason.value == "metric_absent"
     assert "node_infiniband_state_id" in str(check.detail)
     assert "kube_node_info" not in str(check.detail)
+
+
+CANARY_SHARE = (
+    "sum by ($target) (rate(vllm:generation_tokens_total{@canary}[5m]))"
+    " / sum by ($target) (rate(vllm:generation_tokens_total{@stable}[5m]))"
+)
+CANARY_PODS = "count by ($target) (vllm:generation_tokens_total{@canary})"
+
+
+def canary_fleet() -> list[Series]:
+    """One model: two stable pods and a canary, told apart by pod name only (no track label)."""
+    labels = {"namespace": "prod", "model_name": "m"}
+    return [
+        counter("vllm:generation_tokens_total", {**labels, "pod": "vllm-m-7d9f8c6b5-x2x4z"}, 100),
+        counter("vllm:generation_tokens_total", {**labels, "pod": "vllm-m-7d9f8c6b5-q8w2e"}, 100),
+        counter("vllm:generation_tokens_total", {**labels, "pod": "vllm-m-canary-5c6d7-k9j8h"}, 50),
+    ]
+
+
+def test_the_canary_by_pod_name_pattern_reaches_the_engine(start_prometheus: StartPrometheus) -> None:
+    """A cluster without the `track` label: the default reads no canary, the configured pattern finds it."""
+    prom = start_prometheus(canary_fleet())
+    t = tree("canary_regression", ["namespace", "model_name"], CANARY_SHARE, {"pods": (CANARY_PODS, {"above": 0})})
+
+    async def run(topology: Topology) -> Diagnosis:
+        config = PrometheusConfig(url=prom.url, timeout=10.0)
+        async with config.client() as client:
+            evaluator = Evaluator(PrometheusSource(config, client), topology=topology)
+            return await evaluator.diagnose(t, Scope(), AT)
+
+    by_label = asyncio.run(run(Topology()))
+    assert not by_label.targets  # no series carries track="canary": no canary, nothing to compare
+    by_name = asyncio.run(run(Topology(canary_pod_pattern=".+-canary-.+")))
+    (target,) = by_name.targets
+    assert target.detect is not None
+    assert target.detect.evidence is not None
+    assert target.detect.evidence.value == pytest.approx(50 / 200)
+    assert value(checks_of(by_name, namespace="prod", model_name="m")["pods"]) == 1
