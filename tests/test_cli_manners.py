@@ -9,8 +9,9 @@ import sys
 
 import pytest
 
-from diagnosd import cli
-from diagnosd.cli import EXIT_PIPE, EXIT_SOURCE, main, parser
+from diagnosd.cli import diagnose, main
+from diagnosd.cli.exits import EXIT_PIPE, EXIT_SOURCE
+from diagnosd.cli.main import parser
 from diagnosd.rulestest.server import free_port
 from diagnosd.urls import redact, scrub
 from tests.conftest import REPO
@@ -135,6 +136,6 @@ def test_ctrl_c_is_an_exit_status_not_a_traceback(
     def interrupted(args: argparse.Namespace) -> int:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(cli, "run", interrupted)
+    monkeypatch.setattr(diagnose, "symptoms", interrupted)
     assert main(["symptoms"]) == 130
     assert "interrupted" in capsys.readouterr().err

@@ -64,7 +64,7 @@ def encode_evidence(e: Evidence) -> dict[str, Any]:
         "threshold": number(e.threshold),
         "compared": number(e.compared),
         "unit": e.unit,
-        "assumed": dict(e.assumed),
+        "assumed": {k: number(v) if isinstance(v, float) else v for k, v in e.assumed.items()},
         "context": {k: number(v) for k, v in e.context.items()},
         "warnings": list(e.warnings),
         # all / any: each condition's own evidence (the fields above repeat the first one's).

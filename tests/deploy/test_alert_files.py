@@ -11,7 +11,8 @@ import subprocess
 import pytest
 import yaml
 
-from diagnosd import cli, runtime
+from diagnosd import runtime
+from diagnosd.cli.main import parser
 from diagnosd.sinks import alertrules
 from tests.deploy import chart
 
@@ -32,7 +33,7 @@ def rules() -> runtime.Rules:
 
 
 def test_symptom_alerts_are_what_the_shipped_rules_generate(rules: runtime.Rules) -> None:
-    hold = cli.parser().parse_args(["rules", "alerts"]).hold  # the CLI's default `for`
+    hold = parser().parse_args(["rules", "alerts"]).hold  # the CLI's default `for`
     expected = alertrules.rule_file(list(rules.ruleset.trees.values()), rules.aliases, hold)
     assert chart.ALERT_RULES.read_text() == expected, f"stale: regenerate with `{REGENERATE}`"
 

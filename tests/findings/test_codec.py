@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import replace
 
 from diagnosd.findings.codec import decode_cause, encode_cause
@@ -31,3 +32,13 @@ def test_a_row_stored_before_causal_ranking_still_loads() -> None:
     assert old.explained_by == ()
     assert all(e.warnings == () for e in old.evidence)
     assert old == cause("kv_pool_full")
+
+
+def test_non_finite_numbers_anywhere_in_the_evidence_are_valid_json() -> None:
+    """A quantile beyond the top bucket (+Inf) or an unset limit (.inf) must not break the response."""
+    base = cause("batch_too_large")
+    evidence = replace(base.evidence[0], value=math.inf, assumed={"max_num_seqs": math.inf, "note": "x"})
+    text = json.dumps(encode_cause(replace(base, evidence=(evidence,))), allow_nan=False)
+    encoded = json.loads(text)["evidence"][0]
+    assert encoded["value"] == "+Inf"
+    assert encoded["assumed"] == {"max_num_seqs": "+Inf", "note": "x"}

@@ -18,10 +18,10 @@ from threading import Thread
 
 import pytest
 
+from diagnosd.cli.triage import endpoint, scrape_configs
 from diagnosd.sim import scenario
 from diagnosd.sim.server import MetricsServer
 from diagnosd.sim.simulator import Simulator
-from diagnosd.triage_cli import endpoint, scrape_configs
 
 # What a bare vLLM serves: no namespace, no pod. Its queue is long.
 BARE = b'# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting{model_name="m"} 50\n'

@@ -33,7 +33,7 @@ def register(commands: Any) -> None:
     serve.add_argument(
         "--check", action="store_true", help="validate settings, rules and store, print the settings (secrets masked)"
     )
-    serve.set_defaults(driver="diagnosd.serve_cli")
+    serve.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:

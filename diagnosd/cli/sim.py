@@ -1,4 +1,4 @@
-"""`diagnosd simulate` and `diagnosd demo`: the fleet simulator's command line (a DRIVERS module).
+"""`diagnosd simulate` and `diagnosd demo`: the fleet simulator's command line.
 
 simulate  serve the scenario's fleet on /metrics (loopback by default), or with --out write its
           history as OpenMetrics for `promtool tsdb create-blocks-from openmetrics`
@@ -14,7 +14,8 @@ import time
 import urllib.error
 from pathlib import Path
 
-from diagnosd.cli import EXIT_INTERRUPTED, EXIT_OK, EXIT_RULES, EXIT_USAGE, parse_time
+from diagnosd.cli.exits import EXIT_INTERRUPTED, EXIT_OK, EXIT_RULES, EXIT_USAGE
+from diagnosd.cli.options import parse_time
 from diagnosd.engine.params import duration
 from diagnosd.rulestest.server import ServerError
 from diagnosd.sim import demo, history, scenario
@@ -59,7 +60,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help="engine metric names: vLLM V1 (default), V0, SGLang, or colons stored as underscores",
     )
     simulate.add_argument("--pods", type=int, help="engine pods per Deployment (default: the scenario's)")
-    simulate.set_defaults(driver="diagnosd.sim.cli")
+    simulate.set_defaults(handler=run)
     show = commands.add_parser("demo", help="a simulated fleet, a local Prometheus and the diagnosis of its fault")
     show.add_argument(
         "--scenario",
@@ -80,7 +81,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         metavar="DIR",
         help="keep the history, TSDB and Prometheus files here (default: a temporary directory, removed on exit)",
     )
-    show.set_defaults(driver="diagnosd.sim.cli")
+    show.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -36,14 +36,13 @@ from types import FrameType
 from typing import Any
 
 from diagnosd import runtime
-from diagnosd.cli import (
-    EXIT_OK,
-    EXIT_SOURCE,
-    _config,
-    _format_lang,
-    _prometheus_options,
-    _prometheus_url,
+from diagnosd.cli.exits import EXIT_FOUND, EXIT_INTERRUPTED, EXIT_OK, EXIT_SOURCE
+from diagnosd.cli.options import (
+    config,
+    format_lang,
     parse_time,
+    prometheus_options,
+    prometheus_url,
     topology,
     topology_options,
 )
@@ -55,8 +54,6 @@ from diagnosd.render import triage as render_triage
 from diagnosd.rulestest.server import LocalPrometheus, ServerError
 from diagnosd.sources import PrometheusConfig, PrometheusSource
 
-EXIT_FOUND = 4
-EXIT_INTERRUPTED = 130
 WATCH_JOB = "diagnosd-watch"
 WATCH_NAMESPACE = "local"
 
@@ -97,45 +94,45 @@ def register(commands: Any) -> None:
         description=TRIAGE_DESCRIPTION,
         epilog=EXIT_HELP,
     )
-    _prometheus_url(tri)
+    prometheus_url(tri)
     tri.add_argument(
         "--match", action="append", default=[], metavar="LABEL=VALUE", help="narrow the scope (repeatable)"
     )
     tri.add_argument("--at", type=parse_time, metavar="TIME", help="RFC3339 or Unix time (default: now)")
-    _prometheus_options(tri)
+    prometheus_options(tri)
     topology_options(tri)
-    _format_lang(tri)
-    tri.set_defaults(driver="diagnosd.triage_cli")
+    format_lang(tri)
+    tri.set_defaults(handler=run)
 
-    watch = commands.add_parser(
+    watching = commands.add_parser(
         "watch",
         help="no Prometheus yet: scrape /metrics endpoints into a local Prometheus and triage them live",
         description=WATCH_DESCRIPTION,
         epilog=WATCH_HELP,
     )
-    watch.add_argument(
+    watching.add_argument(
         "--scrape",
         nargs="+",
         required=True,
         metavar="URL",
         help="/metrics endpoints, e.g. http://127.0.0.1:8000 (path default /metrics)",
     )
-    watch.add_argument("--interval", type=_seconds, default=30.0, metavar="SECONDS", help="seconds between boards")
-    watch.add_argument("--once", action="store_true", help="print one board after the warm-up and exit")
-    watch.add_argument(
+    watching.add_argument("--interval", type=_seconds, default=30.0, metavar="SECONDS", help="seconds between boards")
+    watching.add_argument("--once", action="store_true", help="print one board after the warm-up and exit")
+    watching.add_argument(
         "--warmup",
         type=_seconds,
         default=15.0,
         metavar="SECONDS",
         help="seconds of scraping before the first board (at least two scrape intervals)",
     )
-    watch.add_argument(
+    watching.add_argument(
         "--scrape-interval", type=_seconds, default=5.0, metavar="SECONDS", help="how often Prometheus scrapes"
     )
-    watch.add_argument("--lang", choices=("en", "zh"), default="en", help="language of the board")
-    topology_options(watch)
-    watch.add_argument("--prometheus-binary", default="prometheus", metavar="PATH", help="the Prometheus to run")
-    watch.set_defaults(driver="diagnosd.triage_cli")
+    watching.add_argument("--lang", choices=("en", "zh"), default="en", help="language of the board")
+    topology_options(watching)
+    watching.add_argument("--prometheus-binary", default="prometheus", metavar="PATH", help="the Prometheus to run")
+    watching.set_defaults(handler=watch)
 
 
 def _seconds(text: str) -> float:
@@ -149,10 +146,8 @@ def _seconds(text: str) -> float:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.command == "watch":
-        return watch(args)
     rules = runtime.load(args.rules)
-    board = asyncio.run(_board(_config(args), rules, Scope.parse(args.match), args))
+    board = asyncio.run(_board(config(args), rules, Scope.parse(args.match), args))
     if args.format == "json":
         print(json.dumps(render_triage.board(board), ensure_ascii=False, indent=2))
     else:

@@ -1,0 +1,99 @@
+"""`diagnosd rules validate | test | coverage | alerts | catalog`: the rules as a product."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from dataclasses import asdict
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from diagnosd import runtime
+from diagnosd.cli.exits import EXIT_OK, EXIT_RULES
+from diagnosd.cli.options import config, prometheus_options, prometheus_url, rules_dir
+from diagnosd.engine import coverage as engine_coverage
+from diagnosd.sinks import alertrules
+from diagnosd.sources import PrometheusSource
+from diagnosd.trees import catalogdoc
+
+
+def register(commands: Any) -> None:
+    rules = commands.add_parser("rules", help="validate, test or check coverage of rules")
+    rules_commands = rules.add_subparsers(dest="rules_command", required=True)
+    validate = rules_commands.add_parser("validate", help="load every tree, report every problem")
+    rules_dir(validate)
+    test = rules_commands.add_parser("test", help="run the series tests beside the trees on a real Prometheus")
+    rules_dir(test)
+    test.add_argument(
+        "--only", action="append", default=[], metavar="SYMPTOM", help="test these trees only (repeatable)"
+    )
+    test.add_argument("--prometheus-binary", default="prometheus", metavar="PATH", help="the Prometheus to run")
+    test.add_argument("--promtool-binary", default="promtool", metavar="PATH", help="the promtool to run")
+    coverage = rules_commands.add_parser("coverage", help="which checks can run on this Prometheus, what is missing")
+    rules_dir(coverage)
+    prometheus_url(coverage)
+    coverage.add_argument(
+        "--lookback", type=float, default=24.0, metavar="HOURS", help="how far back to look for series"
+    )
+    coverage.add_argument("--format", choices=("text", "json"), default="text", help="output format")
+    prometheus_options(coverage)
+    alerts = rules_commands.add_parser("alerts", help="Prometheus alerting rules from the trees' detect conditions")
+    rules_dir(alerts)
+    alerts.add_argument("--out", type=Path, metavar="FILE", help="file to write (default: standard output)")
+    alerts.add_argument(
+        "--for", dest="hold", default="5m", metavar="DURATION", help="how long a condition holds before it fires"
+    )
+    catalog = rules_commands.add_parser("catalog", help="write docs/catalog.md from the rules")
+    rules_dir(catalog)
+    catalog.add_argument("--out", type=Path, metavar="FILE", help="file to write (default: standard output)")
+    rules.set_defaults(handler=rules_command)
+
+
+def rules_command(args: argparse.Namespace) -> int:
+    directory = args.dir or args.rules or runtime.default_rules_dir()
+    if args.rules_command == "validate":
+        rules = runtime.load(directory)
+        count = len(rules.ruleset.trees)
+        print(f"{directory}: {count} trees valid")
+        return EXIT_OK
+    if args.rules_command in ("catalog", "alerts"):
+        rules = runtime.load(directory)
+        if args.rules_command == "catalog":
+            text = catalogdoc.render(rules.ruleset)
+        else:
+            text = alertrules.rule_file(list(rules.ruleset.trees.values()), rules.aliases, args.hold)
+        if args.out:
+            args.out.write_text(text, encoding="utf-8")
+        else:
+            print(text, end="")
+        return EXIT_OK
+    if args.rules_command == "coverage":
+        return asyncio.run(coverage(runtime.load(directory), args))
+    from diagnosd.rulestest.runner import run_tests
+
+    return EXIT_OK if run_tests(directory, args) else EXIT_RULES
+
+
+async def coverage(rules: runtime.Rules, args: argparse.Namespace) -> int:
+    trees = list(rules.ruleset.trees.values())
+    wanted = set().union(*(engine_coverage.candidates(t, rules.aliases) for t in trees))
+    end = datetime.now(UTC)
+    async with config(args).client() as client:
+        source = PrometheusSource(config(args), client)
+        present = await source.metric_names(wanted, end - timedelta(hours=args.lookback), end)
+    rows = [row for tree in trees for row in engine_coverage.tree_coverage(tree, rules.aliases, present)]
+    if args.format == "json":
+        print(json.dumps([asdict(r) for r in rows], indent=2))
+        return EXIT_OK
+    for row in rows:
+        found = ", ".join(f"{n}→{'|'.join(v)}" if v != [n] else n for n, v in row.found.items())
+        missing = f"  missing: {', '.join(row.missing)}" if row.missing else ""
+        print(f"{'ok     ' if row.runnable else 'CANNOT '} {row.tree}/{row.check}  {found}{missing}")
+    blocked = sorted({r.tree for r in rows if not r.runnable})
+    print(
+        f"{len(trees) - len(blocked)} of {len(trees)} trees can run every check; "
+        f"{sum(not r.runnable for r in rows)} of {len(rows)} queries cannot run here"
+    )
+    return EXIT_OK
