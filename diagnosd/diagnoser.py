@@ -47,7 +47,7 @@ class Diagnoser:
         source: QuerySource,
         ruleset: RuleSet,
         aliases: Aliases,
-        metrics: Metrics,
+        metrics: Metrics | None = None,
         *,
         strict_labels: Sequence[str] = (),
         params: Mapping[str, Mapping[str, float | str]] | None = None,
@@ -61,31 +61,46 @@ class Diagnoser:
         self._params = params or {}
         self._topology = topology
 
+    @property
+    def source(self) -> QuerySource:
+        """The source every diagnosis reads (unmetered), for a driver's own side questions."""
+        return self._source
+
     def tree(self, symptom: str) -> Tree:
         tree = self.ruleset.tree(symptom)
         if tree is None:
             raise UnknownSymptom(symptom, list(self.ruleset.trees))
         return tree
 
-    async def diagnose(self, tree: Tree, scope: Scope, at: datetime | None, trigger: Trigger) -> Looked:
-        source = MeteredSource(self._source, self._metrics.query)
+    async def diagnose(
+        self,
+        tree: Tree,
+        scope: Scope,
+        at: datetime | None,
+        trigger: Trigger,
+        overrides: Mapping[str, float | str] | None = None,
+    ) -> Looked:
+        """`overrides`: this call's tree params, over the configured ones."""
+        source = MeteredSource(self._source, self._metrics.query if self._metrics else None)
         evaluator = Evaluator(source, self._aliases, strict_labels=self._strict, topology=self._topology)
         start = time.perf_counter()
         outcome = "error"
         try:
-            diagnosis = await evaluator.diagnose(tree, scope, at, self._params.get(tree.id))
+            params = {**self._params.get(tree.id, {}), **(overrides or {})}
+            diagnosis = await evaluator.diagnose(tree, scope, at, params)
             if source.errors and not diagnosis.targets:
                 raise blindness(source.errors)
             looked = Looked(diagnosis, tuple(source.errors))
             outcome = looked.outcome
             return looked
         finally:
-            self._metrics.diagnoses.labels(str(trigger), outcome).inc()
-            self._metrics.diagnosis_seconds.labels(str(trigger)).observe(time.perf_counter() - start)
+            if self._metrics is not None:
+                self._metrics.diagnoses.labels(str(trigger), outcome).inc()
+                self._metrics.diagnosis_seconds.labels(str(trigger)).observe(time.perf_counter() - start)
 
-    async def triage(self, scope: Scope, at: datetime | None) -> Board:
+    async def triage(self, scope: Scope, at: datetime | None, history_start: datetime | None = None) -> Board:
         """Every symptom at once, worst first (engine/triage.py); raises when nothing could be seen."""
-        source = MeteredSource(self._source, self._metrics.query)
+        source = MeteredSource(self._source, self._metrics.query if self._metrics else None)
         return await triage(
             source,
             self.ruleset.trees.values(),
@@ -94,6 +109,7 @@ class Diagnoser:
             at,
             params=self._params,
             strict_labels=self._strict,
+            history_start=history_start,
             topology=self._topology,
         )
 

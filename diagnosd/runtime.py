@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -11,7 +11,8 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
-from diagnosd.engine import Evaluator, ParamError
+from diagnosd.diagnoser import Diagnoser
+from diagnosd.engine import ParamError
 from diagnosd.engine.params import effective
 from diagnosd.errors import Problem, SettingsError
 from diagnosd.settings import Settings
@@ -42,15 +43,25 @@ def load(directory: Path | None = None) -> Rules:
 
 
 @asynccontextmanager
-async def evaluator(
+async def diagnoser(
     config: PrometheusConfig,
     rules: Rules,
-    strict_labels: tuple[str, ...] = (),
+    *,
+    params: Mapping[str, Mapping[str, float | str]] | None = None,
+    strict_labels: Sequence[str] = (),
     topology: Topology = DEFAULT_TOPOLOGY,
-) -> AsyncIterator[Evaluator]:
-    """An Evaluator on a PrometheusSource whose HTTP client lives as long as the context."""
+) -> AsyncIterator[Diagnoser]:
+    """The daemon's Diagnoser, unmetered, on a PrometheusSource whose client lives as long as the
+    context: what the command line diagnoses with, so it refuses a blind answer as the daemon does."""
     async with config.client() as client:
-        yield Evaluator(PrometheusSource(config, client), rules.aliases, strict_labels=strict_labels, topology=topology)
+        yield Diagnoser(
+            PrometheusSource(config, client),
+            rules.ruleset,
+            rules.aliases,
+            params=params,
+            strict_labels=strict_labels,
+            topology=topology,
+        )
 
 
 # The daemon's composition: settings + rules + the seams a test may replace (registry, clock, source).

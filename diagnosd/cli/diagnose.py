@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import sys
 from typing import Any
 
 from diagnosd import runtime
@@ -21,6 +22,7 @@ from diagnosd.cli.options import (
 )
 from diagnosd.engine import Scope
 from diagnosd.errors import UnknownSymptom
+from diagnosd.findings.lifecycle import Trigger
 from diagnosd.render import json as render_json
 from diagnosd.render import text as render_text
 
@@ -68,8 +70,13 @@ async def _diagnose(rules: runtime.Rules, args: argparse.Namespace) -> int:
         raise UnknownSymptom(args.symptom, list(rules.ruleset.trees))
     scope = Scope.parse(args.match)
     overrides = dict(pair(item, "--param") for item in args.param)
-    async with runtime.evaluator(config(args), rules, topology=topology(args)) as evaluator:
-        result = await evaluator.diagnose(tree, scope, args.at, overrides)
+    async with runtime.diagnoser(
+        config(args), rules, params={tree.id: overrides}, topology=topology(args)
+    ) as diagnoser:
+        looked = await diagnoser.diagnose(tree, scope, args.at, Trigger.CLI)
+    result = looked.diagnosis
+    for error in looked.errors:  # a partial answer: those checks read unknown; say why, once each
+        print(f"diagnosd: some queries failed, their checks are unknown: {error}", file=sys.stderr)
     if args.format == "json":
         print(json.dumps(render_json.diagnosis(result), ensure_ascii=False, indent=2))
     else:

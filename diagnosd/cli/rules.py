@@ -15,7 +15,6 @@ from diagnosd.cli.exits import EXIT_OK, EXIT_RULES
 from diagnosd.cli.options import config, prometheus_options, prometheus_url, rules_dir
 from diagnosd.engine import coverage as engine_coverage
 from diagnosd.sinks import alertrules
-from diagnosd.sources import PrometheusSource
 from diagnosd.trees import catalogdoc
 
 
@@ -80,9 +79,8 @@ async def coverage(rules: runtime.Rules, args: argparse.Namespace) -> int:
     trees = list(rules.ruleset.trees.values())
     wanted = set().union(*(engine_coverage.candidates(t, rules.aliases) for t in trees))
     end = datetime.now(UTC)
-    async with config(args).client() as client:
-        source = PrometheusSource(config(args), client)
-        present = await source.metric_names(wanted, end - timedelta(hours=args.lookback), end)
+    async with runtime.diagnoser(config(args), rules) as diagnoser:
+        present = await diagnoser.source.metric_names(wanted, end - timedelta(hours=args.lookback), end)
     rows = [row for tree in trees for row in engine_coverage.tree_coverage(tree, rules.aliases, present)]
     if args.format == "json":
         print(json.dumps([asdict(r) for r in rows], indent=2))

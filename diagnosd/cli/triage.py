@@ -47,12 +47,11 @@ from diagnosd.cli.options import (
     topology_options,
 )
 from diagnosd.engine import Scope
-from diagnosd.engine.triage import triage
 from diagnosd.errors import SourceError, UsageError
 from diagnosd.findings.triage import Board
 from diagnosd.render import triage as render_triage
 from diagnosd.rulestest.server import LocalPrometheus, ServerError
-from diagnosd.sources import PrometheusConfig, PrometheusSource
+from diagnosd.sources import PrometheusConfig
 
 WATCH_JOB = "diagnosd-watch"
 WATCH_NAMESPACE = "local"
@@ -162,16 +161,8 @@ def status(board: Board) -> int:
 
 
 async def _board(config: PrometheusConfig, rules: runtime.Rules, scope: Scope, args: argparse.Namespace) -> Board:
-    async with config.client() as client:
-        source = PrometheusSource(config, client)
-        return await triage(
-            source,
-            rules.ruleset.trees.values(),
-            rules.aliases,
-            scope,
-            getattr(args, "at", None),
-            topology=topology(args),
-        )
+    async with runtime.diagnoser(config, rules, topology=topology(args)) as diagnoser:
+        return await diagnoser.triage(scope, getattr(args, "at", None))
 
 
 # watch
@@ -315,18 +306,9 @@ def _watch(url: str, rules: runtime.Rules, args: argparse.Namespace) -> int:
 
 async def _round(config: PrometheusConfig, rules: runtime.Rules, args: argparse.Namespace) -> tuple[Board, str]:
     """One board, and one line saying which endpoints the last scrape reached (a wrong port shows here)."""
-    async with config.client() as client:
-        source = PrometheusSource(config, client)
-        board = await triage(
-            source,
-            rules.ruleset.trees.values(),
-            rules.aliases,
-            Scope(),
-            None,
-            history_start=args.history_start,
-            topology=topology(args),
-        )
-        up = await source.query(f'up{{job=~"{WATCH_JOB}.*"}}', board.evaluated_at)
+    async with runtime.diagnoser(config, rules, topology=topology(args)) as diagnoser:
+        board = await diagnoser.triage(Scope(), None, history_start=args.history_start)
+        up = await diagnoser.source.query(f'up{{job=~"{WATCH_JOB}.*"}}', board.evaluated_at)
     states = sorted((s.labels.get("instance", "?"), s.value == 1) for s in up)
     line = " · ".join(f"{instance} {'up' if ok else 'DOWN'}" for instance, ok in states) or "no scrape yet"
     return board, f"scraped: {line}\n"

@@ -34,6 +34,7 @@ class Trigger(StrEnum):
     ROUND = "round"
     ALERT = "alert"
     API = "api"
+    CLI = "cli"  # `diagnosd diagnose`: looked at once, never recorded
 
 
 class ResolvedBy(StrEnum):

@@ -19,14 +19,16 @@ import yaml
 from pydantic import ValidationError
 
 from diagnosd import runtime
-from diagnosd.engine import Evaluator, ParamError, Scope
+from diagnosd.diagnoser import Diagnoser
+from diagnosd.engine import ParamError, Scope
 from diagnosd.errors import DiagnosdError
+from diagnosd.findings.lifecycle import Trigger
 from diagnosd.findings.model import Diagnosis, Evidence, TargetDiagnosis
 from diagnosd.rulestest import notation
 from diagnosd.rulestest.openmetrics import Series, write
 from diagnosd.rulestest.server import LocalPrometheus, backfill
 from diagnosd.rulestest.spec import Case, Expectation, TestFile
-from diagnosd.sources import PrometheusConfig, PrometheusSource
+from diagnosd.sources import PrometheusConfig
 from diagnosd.trees.model import Tree
 
 ISOLATION_LABEL = "diagnosd_test"
@@ -123,25 +125,26 @@ def _series(loaded: list[Loaded]) -> tuple[list[Series], list[CaseResult]]:
 async def _evaluate(url: str, rules: runtime.Rules, loaded: list[Loaded]) -> list[CaseResult]:
     config = PrometheusConfig(url=url, timeout=30.0)
     limit = asyncio.Semaphore(4)
-    async with config.client() as client:
-        evaluator = Evaluator(PrometheusSource(config, client), rules.aliases, strict_labels=[ISOLATION_LABEL])
+    async with runtime.diagnoser(config, rules, strict_labels=[ISOLATION_LABEL]) as diagnoser:
 
         async def one(item: Loaded) -> CaseResult:
             async with limit:
-                return await _case(evaluator, item)
+                return await _case(diagnoser, item)
 
         return list(await asyncio.gather(*(one(item) for item in loaded)))
 
 
-async def _case(evaluator: Evaluator, item: Loaded) -> CaseResult:
+async def _case(diagnoser: Diagnoser, item: Loaded) -> CaseResult:
     result = CaseResult(item.tree.id, item.case.name)
     at = EPOCH + _duration(item.case.eval_time)
     try:
         scope = Scope.of({**item.case.scope, ISOLATION_LABEL: item.case_id})
-        diagnosis = await evaluator.diagnose(item.tree, scope, at, item.case.params)
+        looked = await diagnoser.diagnose(item.tree, scope, at, Trigger.CLI, item.case.params)
     except (DiagnosdError, ParamError) as error:
         result.failures.append(f"diagnosis failed: {error}")
         return result
+    diagnosis = looked.diagnosis
+    result.failures.extend(f"a query failed: {error}" for error in looked.errors)
     for expectation in item.case.expect:
         result.failures.extend(check(diagnosis, expectation))
     result.failures.extend(check_fleet(diagnosis, item.case.fleet))

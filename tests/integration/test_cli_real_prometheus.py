@@ -161,3 +161,16 @@ def test_rules_coverage_says_what_is_missing(
     out = capsys.readouterr().out
     assert "CANNOT  queue_backlog/detect    missing: vllm:num_requests_waiting" in out
     assert out.splitlines()[-1] == "0 of 1 trees can run every check; 3 of 3 queries cannot run here"
+
+
+def test_a_prometheus_that_refuses_every_query_is_an_error_not_a_diagnosis(
+    start_prometheus: StartPrometheus, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every query over the sample limit (--query.max-samples): nothing was looked at, so exit 3 as
+    the daemon answers 502/503, never a diagnosis of unknowns with exit 0."""
+    prom = start_prometheus(fleet(), extra_args=["--query.max-samples=1"])
+    code = main(["--rules", RULES, "diagnose", "queue_backlog", "--prometheus", prom.url, "--at", AT.isoformat()])
+    captured = capsys.readouterr()
+    assert code == 3, captured.out + captured.err
+    assert "too many samples" in captured.err
+    assert captured.out == ""
