@@ -5,6 +5,9 @@ DiagnosdError
 ├── UnknownSymptom        a symptom id no loaded tree has
 ├── ScopeError            a scope label name that is not a valid label, or a bad matcher
 ├── ScenarioError         a simulator scenario that cannot be loaded (every Problem at once)
+├── ParamError            a tree param override that does not fit (its tree, name and why)
+├── NotationError         a series test's promtool notation that cannot be read
+├── ServerError           a local Prometheus or promtool that is missing, fails or never gets ready
 └── SourceError           the query source failed (carries the PromQL and the URL)
     ├── SourceUnavailable     could not connect at all
     ├── SourceTimeout         no answer within the per-query timeout
@@ -78,6 +81,20 @@ class ScenarioError(DiagnosdError):
         self.problems = tuple(problems)
         lines = "\n".join(str(p) for p in self.problems)
         super().__init__(f"scenario {scenario!r} cannot be used:\n{lines}")
+
+
+class ParamError(DiagnosdError):
+    def __init__(self, tree: str, name: str, reason: str) -> None:
+        self.tree, self.name, self.reason = tree, name, reason
+        super().__init__(f"param {tree}.{name}: {reason}")
+
+
+class NotationError(DiagnosdError, ValueError):
+    """A ValueError too: a value that cannot be read, like float('x')."""
+
+
+class ServerError(DiagnosdError):
+    """Running a local Prometheus or promtool failed; the message says which and why."""
 
 
 class SourceError(DiagnosdError):

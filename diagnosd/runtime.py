@@ -12,9 +12,8 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry
 
 from diagnosd.diagnoser import Diagnoser
-from diagnosd.engine import ParamError
 from diagnosd.engine.params import effective
-from diagnosd.errors import Problem, SettingsError
+from diagnosd.errors import ParamError, Problem, SettingsError
 from diagnosd.settings import Settings
 from diagnosd.sources import PrometheusConfig, PrometheusSource, QuerySource
 from diagnosd.topology import DEFAULT as DEFAULT_TOPOLOGY

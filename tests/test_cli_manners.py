@@ -139,3 +139,10 @@ def test_ctrl_c_is_an_exit_status_not_a_traceback(
     monkeypatch.setattr(diagnose, "symptoms", interrupted)
     assert main(["symptoms"]) == 130
     assert "interrupted" in capsys.readouterr().err
+
+
+def test_a_missing_promtool_is_one_line_not_a_traceback(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["rules", "test", "--promtool-binary", "/nonexistent/promtool", "--only", "queue_backlog"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err == "diagnosd: '/nonexistent/promtool' not found on PATH (Debian: apt-get install prometheus)\n"

@@ -13,10 +13,10 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
-from diagnosd.engine import ParamError
 from diagnosd.errors import (
     DiagnosdError,
     FindingNotFound,
+    ParamError,
     QueueFull,
     RequestError,
     ScopeError,

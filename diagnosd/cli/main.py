@@ -17,8 +17,7 @@ from typing import Any
 
 from diagnosd.cli import diagnose, rules, serve, sim, triage
 from diagnosd.cli.exits import EXIT_INTERRUPTED, EXIT_PIPE, EXIT_RULES, EXIT_SOURCE, EXIT_USAGE
-from diagnosd.engine import ParamError
-from diagnosd.errors import DiagnosdError, RulesError, ScopeError, SourceError, UnknownSymptom, UsageError
+from diagnosd.errors import DiagnosdError, ParamError, RulesError, ScopeError, SourceError, UnknownSymptom, UsageError
 
 DESCRIPTION = """\
 diagnosd walks the troubleshooting trees that LLM-serving SREs walk by hand (TTFT jumped, the

@@ -17,7 +17,7 @@ from pathlib import Path
 from diagnosd.cli.exits import EXIT_INTERRUPTED, EXIT_OK, EXIT_RULES, EXIT_USAGE
 from diagnosd.cli.options import parse_time
 from diagnosd.engine.params import duration
-from diagnosd.rulestest.server import ServerError
+from diagnosd.errors import ServerError
 from diagnosd.sim import demo, history, scenario
 from diagnosd.sim.scenario import Scenario
 from diagnosd.sim.server import MetricsServer

@@ -47,10 +47,10 @@ from diagnosd.cli.options import (
     topology_options,
 )
 from diagnosd.engine import Scope
-from diagnosd.errors import SourceError, UsageError
+from diagnosd.errors import ServerError, SourceError, UsageError
 from diagnosd.findings.triage import Board
 from diagnosd.render import triage as render_triage
-from diagnosd.rulestest.server import LocalPrometheus, ServerError
+from diagnosd.rulestest.server import LocalPrometheus
 from diagnosd.sources import PrometheusConfig
 
 WATCH_JOB = "diagnosd-watch"

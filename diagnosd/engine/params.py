@@ -7,16 +7,9 @@ from datetime import timedelta
 
 import promql_parser as pp
 
-from diagnosd.errors import DiagnosdError
+from diagnosd.errors import ParamError
 from diagnosd.trees.model import DURATION, Tree
 from diagnosd.trees.promql import refs
-
-
-class ParamError(DiagnosdError):
-    def __init__(self, tree: str, name: str, reason: str) -> None:
-        self.tree, self.name, self.reason = tree, name, reason
-        super().__init__(f"param {tree}.{name}: {reason}")
-
 
 Params = dict[str, float | str]
 

@@ -6,13 +6,11 @@ import re
 
 import promql_parser as pp
 
+from diagnosd.errors import NotationError
+
 # a+bxN, a-bxN, axN; `a` may carry its own sign and exponent (1e+3), so split on the last +/-
 # that does not follow an `e`.
 STEP = re.compile(r"^(?P<a>.+?)(?:(?P<op>(?<![eE])[+-])(?P<b>[^+-]+))?x(?P<n>\d+)$")
-
-
-class NotationError(ValueError):
-    pass
 
 
 def expand(values: str) -> list[float | None]:

@@ -20,8 +20,8 @@ from pydantic import ValidationError
 
 from diagnosd import runtime
 from diagnosd.diagnoser import Diagnoser
-from diagnosd.engine import ParamError, Scope
-from diagnosd.errors import DiagnosdError
+from diagnosd.engine import Scope
+from diagnosd.errors import DiagnosdError, NotationError
 from diagnosd.findings.lifecycle import Trigger
 from diagnosd.findings.model import Diagnosis, Evidence, TargetDiagnosis
 from diagnosd.rulestest import notation
@@ -117,7 +117,7 @@ def _series(loaded: list[Loaded]) -> tuple[list[Series], list[CaseResult]]:
                 values = notation.expand(one.values)
                 points = [(EPOCH.timestamp() + i * step, v) for i, v in enumerate(values) if v is not None]
                 out.append(Series(name, {**labels, ISOLATION_LABEL: item.case_id}, points))
-        except notation.NotationError as error:
+        except NotationError as error:
             problems.append(CaseResult(item.tree.id, item.case.name, [str(error)]))
     return out, problems
 
@@ -140,7 +140,7 @@ async def _case(diagnoser: Diagnoser, item: Loaded) -> CaseResult:
     try:
         scope = Scope.of({**item.case.scope, ISOLATION_LABEL: item.case_id})
         looked = await diagnoser.diagnose(item.tree, scope, at, Trigger.CLI, item.case.params)
-    except (DiagnosdError, ParamError) as error:
+    except DiagnosdError as error:
         result.failures.append(f"diagnosis failed: {error}")
         return result
     diagnosis = looked.diagnosis

@@ -13,9 +13,7 @@ from types import TracebackType
 
 import yaml
 
-
-class ServerError(RuntimeError):
-    pass
+from diagnosd.errors import ServerError
 
 
 def free_port() -> int:

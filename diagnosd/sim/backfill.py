@@ -12,7 +12,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from diagnosd.rulestest.server import ServerError
+from diagnosd.errors import ServerError
 
 
 def backfill(openmetrics: Path, tsdb: Path, promtool: str = "promtool", span_hours: float = 72.0) -> None:

@@ -113,14 +113,6 @@ class PrometheusSource:
         # Targets that disagree (one says counter, another gauge) declare nothing certain.
         return kinds.pop() if len(kinds) == 1 else None
 
-    async def ready(self) -> bool:
-        """Whether the server answers its readiness probe (used by /readyz)."""
-        try:
-            response = await self._client.get("/-/ready")
-        except httpx.HTTPError:
-            return False
-        return response.status_code == 200
-
     async def _call(self, method: str, path: str, promql: str | None, **kwargs: Any) -> Any:
         attempt = 0
         while True:

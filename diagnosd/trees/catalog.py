@@ -6,7 +6,6 @@ symptom appears in the tree (a tree may add causes, never drop one).
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated
 
 from pydantic import Field
@@ -34,7 +33,3 @@ class Catalog(Strict):
 
     def symptom(self, symptom_id: str) -> CatalogSymptom | None:
         return next((s for s in self.symptoms if s.id == symptom_id), None)
-
-
-def catalog_path(rules_dir: Path) -> Path:
-    return rules_dir / CATALOG_FILE

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from diagnosd.engine import Evaluator, ParamError, Scope
-from diagnosd.errors import QueryRejected, SourceTimeout
+from diagnosd.engine import Evaluator, Scope
+from diagnosd.errors import ParamError, QueryRejected, SourceTimeout
 from diagnosd.findings import Reason, Verdict
 from diagnosd.sources.base import Sample
 from diagnosd.trees.model import Tree

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from diagnosd.rulestest.notation import NotationError, expand, series
+from diagnosd.errors import NotationError
+from diagnosd.rulestest.notation import expand, series
 
 
 @pytest.mark.parametrize(
