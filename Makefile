@@ -29,6 +29,7 @@ lint: deps
 	$(VENV)/bin/ruff check diagnosd tests bench
 	$(VENV)/bin/ruff format --check diagnosd tests bench
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports --no-cache
 
 test: system-deps deps lint
 	$(PY) -m diagnosd rules validate rules

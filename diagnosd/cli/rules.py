@@ -14,8 +14,7 @@ from diagnosd import runtime
 from diagnosd.cli.exits import EXIT_OK, EXIT_RULES
 from diagnosd.cli.options import config, prometheus_options, prometheus_url, rules_dir
 from diagnosd.engine import coverage as engine_coverage
-from diagnosd.sinks import alertrules
-from diagnosd.trees import catalogdoc
+from diagnosd.generate import alertrules, catalogdoc
 
 
 def register(commands: Any) -> None:

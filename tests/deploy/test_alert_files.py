@@ -13,7 +13,7 @@ import yaml
 
 from diagnosd import runtime
 from diagnosd.cli.main import parser
-from diagnosd.sinks import alertrules
+from diagnosd.generate import alertrules
 from tests.deploy import chart
 
 REGENERATE = "python -m diagnosd rules alerts rules --out helm/diagnosd/files/symptom-alerts.yml"

@@ -65,7 +65,7 @@ def test_catalog_kinds_m_c_d_are_decided_from_data(tree_id: str) -> None:
 
 
 def test_docs_catalog_is_current() -> None:
-    from diagnosd.trees import catalogdoc
+    from diagnosd.generate import catalogdoc
 
     expected = catalogdoc.render(RULESET)
     current = (REPO / "docs" / "catalog.md").read_text(encoding="utf-8")

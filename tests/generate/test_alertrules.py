@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from diagnosd import runtime
+from diagnosd.generate.alertrules import expression, rule_file
 from diagnosd.rulestest.openmetrics import Series
-from diagnosd.sinks.alertrules import expression, rule_file
 from tests.conftest import REPO, RULES, StartPrometheus
 
 FIXTURE = REPO / "tests" / "fixtures" / "rules"
