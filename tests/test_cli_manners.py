@@ -6,12 +6,15 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from diagnosd.cli import diagnose, main
 from diagnosd.cli.exits import EXIT_PIPE, EXIT_SOURCE
 from diagnosd.cli.main import parser
+from diagnosd.cli.options import config
+from diagnosd.errors import UsageError
 from diagnosd.rulestest.server import free_port
 from diagnosd.urls import redact, scrub
 from tests.conftest import REPO
@@ -127,7 +130,7 @@ def test_credentials_in_the_prometheus_url_are_never_printed(capsys: pytest.Capt
         assert code == EXIT_SOURCE, printed
         assert SECRET not in printed
         assert "admin" not in printed
-        assert "***@127.0.0.1" in printed
+        assert "http://127.0.0.1:" in printed  # the URL used and shown holds no credentials
 
 
 def test_ctrl_c_is_an_exit_status_not_a_traceback(
@@ -146,3 +149,18 @@ def test_a_missing_promtool_is_one_line_not_a_traceback(capsys: pytest.CaptureFi
     err = capsys.readouterr().err
     assert code == 2
     assert err == "diagnosd: '/nonexistent/promtool' not found on PATH (Debian: apt-get install prometheus)\n"
+
+
+def test_the_flags_build_the_daemons_prometheus_settings(tmp_path: Path) -> None:
+    """One place decides auth and TLS: URL credentials become basic auth, conflicts are refused."""
+    url = f"http://admin:{SECRET}@127.0.0.1:9090/prom"
+    args = parser().parse_args(["diagnose", "queue_backlog", "--prometheus", url, "--insecure-skip-verify"])
+    built = config(args)
+    assert (built.url, built.basic_auth, built.verify) == ("http://127.0.0.1:9090/prom", ("admin", SECRET), False)
+    token = tmp_path / "token"
+    token.write_text("t0ken-0123456789abcdef\n")
+    both = ["diagnose", "queue_backlog", "--prometheus", url, "--bearer-token-file", str(token)]
+    with pytest.raises(UsageError, match="either bearer_token or username/password"):
+        config(parser().parse_args(both))
+    with pytest.raises(UsageError, match=r"--prometheus: expected http\(s\)://host"):
+        config(parser().parse_args(["diagnose", "queue_backlog", "--prometheus", "ftp://x"]))

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import argparse
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from pydantic import ValidationError
 
 from diagnosd.errors import UsageError
 from diagnosd.moments import parse_moment
-from diagnosd.settings import TopologySettings
+from diagnosd.settings import PrometheusSettings, TopologySettings
 from diagnosd.sources import PrometheusConfig
 from diagnosd.topology import Topology
 
@@ -80,18 +81,51 @@ def parse_time(text: str) -> datetime:
 
 
 def config(args: argparse.Namespace) -> PrometheusConfig:
-    headers = dict(pair(item, "--header") for item in args.header)
-    token = args.bearer_token_file.read_text().strip() if args.bearer_token_file else None
-    basic = None
+    """The daemon's PrometheusSettings built from the flags, so TLS and auth are decided in one place.
+
+    Credentials written into --prometheus (`http://user:pass@host`) become basic auth: the URL
+    that is used, and printed, holds none.
+    """
+    parts = urlsplit(args.prometheus)
+    username, password = parts.username, parts.password
+    url = urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2])) if "@" in parts.netloc else args.prometheus
     if args.basic_auth_file:
-        user, sep, password = args.basic_auth_file.read_text().strip().partition(":")
+        if username is not None:
+            raise UsageError("--basic-auth-file", "the --prometheus URL holds credentials already")
+        username, sep, password = args.basic_auth_file.read_text().strip().partition(":")
         if not sep:
             raise UsageError("--basic-auth-file", "the file must hold USER:PASSWORD")
-        basic = (user, password)
-    verify: bool | str = False if args.insecure_skip_verify else str(args.ca_file) if args.ca_file else True
-    return PrometheusConfig(
-        url=args.prometheus, timeout=args.timeout, headers=headers, bearer_token=token, basic_auth=basic, verify=verify
-    )
+    if username is not None and password is None:
+        password = ""  # https://token@host: a user name only, as curl sends it
+    fields = {
+        "url": url,
+        "timeout": timedelta(seconds=args.timeout),
+        "headers": dict(pair(item, "--header") for item in args.header),
+        "bearer_token": args.bearer_token_file.read_text().strip() if args.bearer_token_file else None,
+        "username": unquote(username) if username is not None else None,
+        "password": unquote(password) if password is not None else None,
+        "ca_file": args.ca_file,
+        "insecure_skip_verify": args.insecure_skip_verify,
+    }
+    try:
+        return PrometheusSettings.model_validate(fields).config()
+    except ValidationError as error:
+        problem = error.errors()[0]
+        where = str(problem["loc"][0]) if problem["loc"] else ""
+        flag = FLAGS.get(where, "--prometheus")
+        raise UsageError(flag, str(problem["msg"]).removeprefix("Value error, ")) from None
+
+
+# The flag behind each PrometheusSettings field, to name it in an error.
+FLAGS = {
+    "url": "--prometheus",
+    "timeout": "--timeout",
+    "headers": "--header",
+    "bearer_token": "--bearer-token-file",
+    "username": "--basic-auth-file",
+    "password": "--basic-auth-file",
+    "ca_file": "--ca-file",
+}
 
 
 def pair(item: str, flag: str) -> tuple[str, str]:
