@@ -17,6 +17,7 @@ from diagnosd.errors import SourceError, SourceTimeout, SourceUnavailable, Unkno
 from diagnosd.findings.lifecycle import Trigger
 from diagnosd.findings.model import Diagnosis
 from diagnosd.findings.triage import Board
+from diagnosd.moments import Clock, utc_now
 from diagnosd.sinks.metrics import Metrics
 from diagnosd.sources.base import QuerySource
 from diagnosd.sources.metered import MeteredSource
@@ -52,6 +53,7 @@ class Diagnoser:
         strict_labels: Sequence[str] = (),
         params: Mapping[str, Mapping[str, float | str]] | None = None,
         topology: Topology = DEFAULT_TOPOLOGY,
+        clock: Clock = utc_now,
     ) -> None:
         self._source = source
         self.ruleset = ruleset
@@ -60,6 +62,7 @@ class Diagnoser:
         self._strict = tuple(strict_labels)
         self._params = params or {}
         self._topology = topology
+        self._clock = clock
 
     @property
     def source(self) -> QuerySource:
@@ -82,7 +85,9 @@ class Diagnoser:
     ) -> Looked:
         """`overrides`: this call's tree params, over the configured ones."""
         source = MeteredSource(self._source, self._metrics.query if self._metrics else None)
-        evaluator = Evaluator(source, self._aliases, strict_labels=self._strict, topology=self._topology)
+        evaluator = Evaluator(
+            source, self._aliases, strict_labels=self._strict, topology=self._topology, clock=self._clock
+        )
         start = time.perf_counter()
         outcome = "error"
         try:
@@ -111,6 +116,7 @@ class Diagnoser:
             strict_labels=self._strict,
             history_start=history_start,
             topology=self._topology,
+            clock=self._clock,
         )
 
 

@@ -1,8 +1,17 @@
-"""Moments as users write them (RFC3339 or Unix seconds), shared by the CLI's --at and the API's `at`."""
+"""Moments: as users write them (RFC3339 or Unix seconds, the CLI's --at and the API's `at`), and
+the wall clock, injected wherever "now" is asked (the engine never reads the time itself)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
+
+Clock = Callable[[], datetime]
+
+
+def utc_now() -> datetime:
+    """The wall clock: the default Clock of the composition root."""
+    return datetime.now(UTC)
 
 
 def parse_moment(text: str) -> datetime:

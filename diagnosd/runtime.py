@@ -6,7 +6,7 @@ import os
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry
@@ -14,6 +14,7 @@ from prometheus_client import CollectorRegistry
 from diagnosd.diagnoser import Diagnoser
 from diagnosd.engine.params import effective
 from diagnosd.errors import ParamError, Problem, SettingsError
+from diagnosd.moments import utc_now
 from diagnosd.settings import Settings
 from diagnosd.sources import PrometheusConfig, PrometheusSource, QuerySource
 from diagnosd.topology import DEFAULT as DEFAULT_TOPOLOGY
@@ -97,7 +98,7 @@ def build(
         settings=settings,
         rules=rules,
         registry=registry if registry is not None else CollectorRegistry(),
-        clock=clock or (lambda: datetime.now(UTC)),
+        clock=clock or utc_now,
         source=source or (lambda: prometheus_source(config)),
     )
 

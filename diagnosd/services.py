@@ -62,6 +62,7 @@ async def open_services(runtime: Runtime) -> AsyncIterator[Services]:
             strict_labels=settings.prometheus.strict_labels,
             params=settings.params,
             topology=settings.topology.topology(),
+            clock=runtime.clock,
         )
         hook = settings.webhook
         inbox = Inbox(

@@ -19,6 +19,7 @@ from diagnosd.engine.scope import Scope
 from diagnosd.engine.walk import diagnose_target, explanations
 from diagnosd.errors import QueryRejected, SourceError
 from diagnosd.findings.model import Diagnosis, NodeKind
+from diagnosd.moments import Clock, utc_now
 from diagnosd.sources.base import QuerySource, Sample, declared_types, warnings_of
 from diagnosd.topology import DEFAULT as DEFAULT_TOPOLOGY
 from diagnosd.topology import Topology
@@ -48,8 +49,11 @@ class Evaluator:
         lookback: timedelta = timedelta(hours=1),
         history_start: datetime | None = None,
         topology: Topology = DEFAULT_TOPOLOGY,
+        clock: Clock = utc_now,
     ) -> None:
         self.source = source
+        # What "now" is when a diagnosis names no time (the daemon injects its own).
+        self.clock = clock
         self.aliases = aliases or Aliases()
         self.concurrency = concurrency
         # Labels every series in scope carries, matched exactly; every other scope label matches
@@ -70,7 +74,7 @@ class Evaluator:
         overrides: Mapping[str, float | str] | None = None,
     ) -> Diagnosis:
         scope = scope or Scope()
-        at = (at or datetime.now(UTC)).astimezone(UTC)
+        at = (at or self.clock()).astimezone(UTC)
         values = P.effective(tree, overrides)
         texts = _texts(tree, values, self.topology)
         offsets = _offsets(tree, values)
@@ -168,7 +172,7 @@ class Evaluator:
         for a diagnosis within `lookback` of now; a post-mortem keeps such names absent.
         """
         missing = {name: variants for name, variants in candidates.items() if not spellings.get(name)}
-        if not missing or datetime.now(UTC) - end > self.lookback:
+        if not missing or self.clock() - end > self.lookback:
             return {}
         types = await declared_types(self.source, {v for variants in missing.values() for v in variants})
         if not types:

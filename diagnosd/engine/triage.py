@@ -27,6 +27,7 @@ from diagnosd.engine.scope import Scope
 from diagnosd.errors import QueryRejected, SourceError, SourceTimeout, SourceUnavailable
 from diagnosd.findings import triage as T
 from diagnosd.findings.model import Diagnosis, Reason, TargetDiagnosis
+from diagnosd.moments import Clock, utc_now
 from diagnosd.sources.base import QuerySource, Sample, declared_types
 from diagnosd.topology import DEFAULT as DEFAULT_TOPOLOGY
 from diagnosd.topology import Topology
@@ -82,10 +83,16 @@ class _Options:
     strict_labels: Sequence[str]
     history_start: datetime | None
     topology: Topology
+    clock: Clock
 
     def evaluator(self, source: QuerySource, aliases: Aliases) -> Evaluator:
         return Evaluator(
-            source, aliases, strict_labels=self.strict_labels, history_start=self.history_start, topology=self.topology
+            source,
+            aliases,
+            strict_labels=self.strict_labels,
+            history_start=self.history_start,
+            topology=self.topology,
+            clock=self.clock,
         )
 
 
@@ -120,11 +127,12 @@ async def triage(
     concurrency: int = 4,
     history_start: datetime | None = None,
     topology: Topology = DEFAULT_TOPOLOGY,
+    clock: Clock = utc_now,
 ) -> T.Board:
     """The board for `scope` at `at` (default now). Raises the source's error when nothing at all
     could be looked at because Prometheus failed (unreachable first), never an empty board."""
     scope = scope or Scope()
-    at = (at or datetime.now(UTC).replace(microsecond=0)).astimezone(UTC)
+    at = (at or clock().replace(microsecond=0)).astimezone(UTC)
     aliases = aliases or Aliases()
     params = params or {}
     limit = asyncio.Semaphore(concurrency)
@@ -132,7 +140,7 @@ async def triage(
 
     async def one(tree: Tree) -> _Look:
         async with limit:
-            options = _Options(strict_labels, history_start, topology)
+            options = _Options(strict_labels, history_start, topology, clock)
             return await _look(source, tree, aliases, scope, at, params.get(tree.id), options)
 
     looks = await asyncio.gather(*(one(tree) for tree in ordered))

@@ -177,3 +177,11 @@ async def test_a_fleet_level_cause_is_tracked_exported_and_listed_once(prometheu
         ("prefix_cache_disabled", {"level": "fleet"}, "firing")
     ]
     assert 'diagnosd_root_cause{cause="prefix_cache_disabled",level="fleet"' in metrics
+
+
+async def test_without_at_the_daemon_diagnoses_at_its_own_clock(prometheus_url: str, tmp_path: Path) -> None:
+    """The engine asks the injected clock for "now": the history's hour, not the wall clock's."""
+    async with serve(build(settings(prometheus_url, tmp_path))) as (client, _):  # clock: AT
+        body = (await client.get("/diagnose/queue_backlog", params={"namespace": "prod"})).json()
+    assert body["evaluated_at"] == "2026-01-02T01:00:00Z"
+    assert {t["labels"]["pod"]: t["symptom_present"] for t in body["targets"]}["vllm-0"] is True
