@@ -12,14 +12,13 @@ from fastapi import Depends, Header, Path, Query, Request
 
 from diagnosd.api.auth import Credentials
 from diagnosd.engine import Scope
-from diagnosd.errors import RequestError, ScopeError
+from diagnosd.errors import RequestError
 from diagnosd.moments import parse_moment
 from diagnosd.services import Services
 from diagnosd.trees import Tree
 
 # Query parameters of /diagnose that are not scope labels; `match=LABEL=VALUE` scopes any label.
 RESERVED = frozenset({"at", "format", "lang", "match", "verbose"})
-MAX_VALUE = 1024
 
 
 def services(request: Request) -> Services:
@@ -58,20 +57,13 @@ TreeDep = Annotated[Tree, Depends(tree)]
 
 def scope(request: Request) -> Scope:
     """Every query parameter but at/format/lang/verbose is `label=value`; `match=label=value` for any label."""
-    labels: dict[str, str] = {}
+    items: list[str] = []
     for name, value in request.query_params.multi_items():
         if name == "match":
-            name, sep, value = value.partition("=")
-            if not sep:
-                raise ScopeError(name, "match takes LABEL=VALUE")
-        elif name in RESERVED:
-            continue
-        if len(value) > MAX_VALUE:
-            raise ScopeError(name, f"the value is longer than {MAX_VALUE} characters")
-        if name in labels:
-            raise ScopeError(name, "given twice")
-        labels[name] = value
-    return Scope.of(labels)
+            items.append(value)
+        elif name not in RESERVED:
+            items.append(f"{name}={value}")
+    return Scope.parse(items)
 
 
 ScopeDep = Annotated[Scope, Depends(scope)]

@@ -8,6 +8,9 @@ from dataclasses import dataclass
 from diagnosd.errors import ScopeError
 from diagnosd.trees.model import LABEL_NAME
 
+# No label value of a real series is this long; a longer one is an attack or a mistake.
+MAX_VALUE = 1024
+
 
 @dataclass(frozen=True)
 class Scope:
@@ -43,6 +46,8 @@ def _check(name: str, value: str) -> None:
         raise ScopeError(name, "labels starting with __ are reserved")
     if not isinstance(value, str):
         raise ScopeError(name, "the value must be a string")
+    if len(value) > MAX_VALUE:
+        raise ScopeError(name, f"the value is longer than {MAX_VALUE} characters")
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as error:

@@ -181,6 +181,9 @@ def test_scope_parse_keeps_equals_in_values_and_refuses_repeats() -> None:
         Scope.parse(["pod=a", "pod=b"])
     with pytest.raises(ScopeError, match="LABEL=VALUE"):
         Scope.parse(["pod"])
+    assert Scope.parse(["pod=" + "x" * 1024]).as_dict() == {"pod": "x" * 1024}
+    with pytest.raises(ScopeError, match="longer than 1024 characters"):  # the CLI and the API alike
+        Scope.parse(["pod=" + "x" * 1025])
 
 
 def test_the_newest_spelling_comes_first_whatever_the_tree_writes() -> None:
