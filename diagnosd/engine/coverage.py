@@ -6,7 +6,7 @@ Pure: takes the set of metric names the Prometheus has. `a or b` can run when ei
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Set
+from collections.abc import Set
 from dataclasses import dataclass
 
 import promql_parser as pp
@@ -29,7 +29,7 @@ class QueryCoverage:
 def tree_coverage(tree: Tree, aliases: Aliases, present: Set[str]) -> list[QueryCoverage]:
     values = P.effective(tree)
     out = []
-    for check, text in _queries(tree):
+    for check, text in queries(tree):
         expr = promql.parse(promql.substitute(text, values, tree.target))
         names = promql.selector_names(expr)
         spelled = {n: [v for v in aliases.variants(n) if v in present] for n in names}
@@ -50,14 +50,10 @@ def candidates(tree: Tree, aliases: Aliases) -> set[str]:
     values = P.effective(tree)
     names = {
         n
-        for _, text in _queries(tree)
+        for _, text in queries(tree)
         for n in promql.selector_names(promql.parse(promql.substitute(text, values, tree.target)))
     }
     return {v for n in names for v in aliases.variants(n)}
-
-
-def _queries(tree: Tree) -> Iterator[tuple[str, str]]:
-    yield from queries(tree)
 
 
 def runnable(expr: pp.Expr, have: Set[str]) -> bool:

@@ -26,7 +26,7 @@ from diagnosd.topology import Topology
 from diagnosd.trees import promql
 from diagnosd.trees.aliases import Aliases
 from diagnosd.trees.families import absent_notes, probes
-from diagnosd.trees.model import CheckNode, Compare, Conditional, Text, Tree, leaves, walk
+from diagnosd.trees.model import CheckNode, Compare, Conditional, Text, Tree, comparisons, queries, walk
 
 Job = tuple[str, datetime]
 
@@ -236,29 +236,15 @@ def _texts(tree: Tree, values: P.Params, topology: Topology) -> dict[str, str]:
     A sustained comparison asks two: its quantile over the window (judged) and, as `key~now`,
     the plain value now (shown beside it).
     """
+    compared = dict(comparisons(tree))
     out: dict[str, str] = {}
-    for key, leaf in _leaves(tree):
-        query, _ = leaf.comparison()
-        out[key] = promql.substitute(sustained_query(leaf, values), values, tree.target, topology)
-        if leaf.sustained is not None:
+    for key, query in queries(tree):
+        leaf = compared.get(key)
+        if leaf is not None and leaf.sustained is not None:
+            out[key] = promql.substitute(sustained_query(leaf, values), values, tree.target, topology)
             out[f"{key}~now"] = promql.substitute(query, values, tree.target, topology)
-    if tree.traffic is not None:
-        out["traffic"] = promql.substitute(tree.traffic.query, values, tree.target, topology)
-    for context in tree.detect.context:
-        out[f"detect.{context.id}"] = promql.substitute(context.query, values, tree.target, topology)
-    for node, _ in walk(list(tree.nodes)):
-        if isinstance(node, CheckNode):
-            for context in node.context:
-                out[f"{node.id}.{context.id}"] = promql.substitute(context.query, values, tree.target, topology)
-    return out
-
-
-def _leaves(tree: Tree) -> list[tuple[str, Conditional]]:
-    """Every simple comparison of the tree: the detect's and each check's, `key/condition` inside all / any."""
-    out = leaves("detect", tree.detect)
-    for node, _ in walk(list(tree.nodes)):
-        if isinstance(node, CheckNode):
-            out += leaves(node.id, node)
+        else:
+            out[key] = promql.substitute(query, values, tree.target, topology)
     return out
 
 
@@ -278,7 +264,7 @@ def sustained_query(leaf: Conditional, values: P.Params) -> str:
 
 
 def _compares(tree: Tree) -> dict[str, Compare]:
-    return {key: leaf.comparison()[1] for key, leaf in _leaves(tree)}
+    return {key: leaf.comparison()[1] for key, leaf in comparisons(tree)}
 
 
 def _offsets(tree: Tree, values: P.Params) -> dict[str, timedelta]:

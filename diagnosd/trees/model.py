@@ -317,15 +317,23 @@ def walk(nodes: list[AnyNode], depth: int = 1) -> list[tuple[AnyNode, int]]:
     return out
 
 
+def comparisons(tree: Tree) -> list[tuple[str, Conditional]]:
+    """Every simple comparison of the tree: the detect's and each check's, `key/condition` inside all / any."""
+    out = leaves("detect", tree.detect)
+    for node, _ in walk(list(tree.nodes)):
+        if isinstance(node, CheckNode):
+            out += leaves(node.id, node)
+    return out
+
+
 def queries(tree: Tree) -> list[tuple[str, str]]:
-    """Every query of a tree as written, keyed: detect (`detect/condition` inside all / any),
-    traffic, each check (likewise) and each context value (`check.context`)."""
-    out = [(key, leaf.comparison()[0]) for key, leaf in leaves("detect", tree.detect)]
+    """Every query of a tree as written, keyed: each comparison (as `comparisons` keys it), traffic,
+    and each context value (`detect.name`, `check.name`). The one enumeration every reader uses."""
+    out = [(key, leaf.comparison()[0]) for key, leaf in comparisons(tree)]
     out += [(f"detect.{c.id}", c.query) for c in tree.detect.context]
     if tree.traffic is not None:
         out.append(("traffic", tree.traffic.query))
     for node, _ in walk(list(tree.nodes)):
         if isinstance(node, CheckNode):
-            out += [(key, leaf.comparison()[0]) for key, leaf in leaves(node.id, node)]
             out += [(f"{node.id}.{c.id}", c.query) for c in node.context]
     return out
