@@ -10,6 +10,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from enum import StrEnum
 
 from diagnosd.engine import Evaluator, Scope
 from diagnosd.engine.triage import triage
@@ -27,6 +28,14 @@ from diagnosd.trees import RuleSet, Tree
 from diagnosd.trees.aliases import Aliases
 
 
+class Outcome(StrEnum):
+    """How a diagnosis (or a round of them) went: the `outcome` label of the self-metrics."""
+
+    OK = "ok"  # every query answered
+    PARTIAL = "partial"  # some queries failed: those checks are unknown
+    ERROR = "error"  # nothing could be looked at
+
+
 @dataclass(frozen=True)
 class Looked:
     diagnosis: Diagnosis
@@ -38,8 +47,8 @@ class Looked:
         return not self.errors
 
     @property
-    def outcome(self) -> str:
-        return "ok" if self.complete else "partial"
+    def outcome(self) -> Outcome:
+        return Outcome.OK if self.complete else Outcome.PARTIAL
 
 
 class Diagnoser:
@@ -89,7 +98,7 @@ class Diagnoser:
             source, self._aliases, strict_labels=self._strict, topology=self._topology, clock=self._clock
         )
         start = time.perf_counter()
-        outcome = "error"
+        outcome = Outcome.ERROR
         try:
             params = {**self._params.get(tree.id, {}), **(overrides or {})}
             diagnosis = await evaluator.diagnose(tree, scope, at, params)

@@ -14,6 +14,7 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from enum import StrEnum
 
 from diagnosd.alerts import AlertJob
 from diagnosd.diagnoser import Diagnoser
@@ -26,7 +27,14 @@ from diagnosd.sinks.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
-QUEUED, DONE, FAILED, SUPERSEDED = "queued", "done", "failed", "superseded"
+
+class Delivery(StrEnum):
+    """Where one alert state's diagnosis stands, as the store remembers it."""
+
+    QUEUED = "queued"  # waiting for a worker (also after a restart)
+    DONE = "done"  # diagnosed and recorded, or nothing left to do
+    FAILED = "failed"  # could not be diagnosed yet: retried with backoff
+    SUPERSEDED = "superseded"  # a newer state of the same alert replaced it
 
 
 @dataclass(frozen=True)
@@ -69,7 +77,7 @@ class Inbox:
             raise QueueFull(self._capacity, len(fresh))
         now = self._clock()
         for job in fresh:
-            self._store.remember(job.key, job.as_dict(), QUEUED, now)
+            self._store.remember(job.key, job.as_dict(), Delivery.QUEUED, now)
             self._put(job)
         duplicates = tuple(job for job in jobs if job not in fresh)
         # Re-sends of a long-firing alert keep its memory from expiring with the retention.
@@ -80,7 +88,7 @@ class Inbox:
         if job.key in self._inflight:
             return False
         record = self._store.alert(job.key)
-        return record is None or record.outcome == FAILED
+        return record is None or record.outcome == Delivery.FAILED
 
     def _put(self, job: AlertJob) -> None:
         self._queue.put_nowait(job)
@@ -107,13 +115,13 @@ class Inbox:
     def requeue(self) -> int:
         """Queue what the store holds as queued but nothing works on, and failures due for a retry."""
         now = self._clock()
-        due = [r for r in self._store.alerts_by_outcome(QUEUED) if r.key not in self._inflight]
-        due += [r for r in self._store.alerts_by_outcome(FAILED) if self._retry_due(r, now)]
+        due = [r for r in self._store.alerts_by_outcome(Delivery.QUEUED) if r.key not in self._inflight]
+        due += [r for r in self._store.alerts_by_outcome(Delivery.FAILED) if self._retry_due(r, now)]
         count = 0
         for record in due:
             if self._queue.full():
                 break
-            self._store.remember(record.key, record.request, QUEUED, now)
+            self._store.remember(record.key, record.request, Delivery.QUEUED, now)
             self._put(AlertJob.from_dict(record.request))
             count += 1
         return count
@@ -133,7 +141,7 @@ class Inbox:
                 raise
             except Exception as error:
                 log.exception("alert %s (%s): handling failed", job.fingerprint, job.alertname)
-                self._store.mark(job.key, FAILED, self._clock(), f"{type(error).__name__}: {error}")
+                self._store.mark(job.key, Delivery.FAILED, self._clock(), f"{type(error).__name__}: {error}")
             finally:
                 self._inflight.discard(job.key)
                 self._queue.task_done()
@@ -148,14 +156,14 @@ class Inbox:
             looked = await self._diagnoser.diagnose(tree, Scope.of(job.scope), job.received_at, Trigger.ALERT)
         except SourceError as error:
             log.warning("alert %s (%s): could not diagnose %s: %s", job.fingerprint, job.alertname, job.symptom, error)
-            self._store.mark(job.key, FAILED, self._clock(), str(error))
+            self._store.mark(job.key, Delivery.FAILED, self._clock(), str(error))
             return
         except DiagnosdError as error:
             log.warning("alert %s (%s): %s", job.fingerprint, job.alertname, error)
-            self._store.mark(job.key, DONE, self._clock(), str(error))
+            self._store.mark(job.key, Delivery.DONE, self._clock(), str(error))
             return
         if self._store.alert((job.fingerprint, "resolved", job.starts_at)) is not None:
-            self._store.mark(job.key, SUPERSEDED, self._clock())
+            self._store.mark(job.key, Delivery.SUPERSEDED, self._clock())
             return
         if not looked.diagnosis.targets:
             log.info(
@@ -163,12 +171,12 @@ class Inbox:
             )
         now = self._clock()
         self._tracker.record(looked.diagnosis, trigger=Trigger.ALERT, now=now, for_=timedelta(0), alert=job.fingerprint)
-        self._store.mark(job.key, DONE, now)
+        self._store.mark(job.key, Delivery.DONE, now)
 
     def _resolve(self, job: AlertJob) -> None:
         now = self._clock()
         self._tracker.resolve_alert(job.fingerprint, now)
         firing = self._store.alert((job.fingerprint, "firing", job.starts_at))
-        if firing is not None and firing.outcome in (QUEUED, FAILED):
-            self._store.mark(firing.key, SUPERSEDED, now)
-        self._store.mark(job.key, DONE, now)
+        if firing is not None and firing.outcome in (Delivery.QUEUED, Delivery.FAILED):
+            self._store.mark(firing.key, Delivery.SUPERSEDED, now)
+        self._store.mark(job.key, Delivery.DONE, now)

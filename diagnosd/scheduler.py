@@ -19,7 +19,7 @@ from apscheduler.events import EVENT_JOB_MAX_INSTANCES, JobEvent
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from apscheduler.triggers.interval import IntervalTrigger
 
-from diagnosd.diagnoser import Diagnoser
+from diagnosd.diagnoser import Diagnoser, Outcome
 from diagnosd.engine import Scope
 from diagnosd.errors import SourceError
 from diagnosd.findings.lifecycle import Trigger
@@ -40,8 +40,8 @@ PURGE_CHUNKS = 100
 
 @dataclass(frozen=True)
 class RoundResult:
-    outcome: str  # ok | partial | error
-    trees: dict[str, str]  # symptom -> ok | partial | error
+    outcome: Outcome
+    trees: dict[str, Outcome]  # symptom -> how its diagnosis went
     seconds: float
 
 
@@ -79,17 +79,19 @@ class Scheduler:
         outcomes = await asyncio.gather(*(self._tree(tree, scope, limit) for tree in trees))
         per_tree = dict(zip((t.id for t in trees), outcomes, strict=True))
         values = set(per_tree.values())
-        outcome = "error" if values == {"error"} else "ok" if values <= {"ok"} else "partial"
+        outcome = (
+            Outcome.ERROR if values == {Outcome.ERROR} else Outcome.OK if values <= {Outcome.OK} else Outcome.PARTIAL
+        )
         seconds = time.perf_counter() - start
         self._metrics.rounds.labels(outcome).inc()
         self._metrics.round_seconds.observe(seconds)
-        if outcome != "error":
+        if outcome is not Outcome.ERROR:
             self._metrics.round_succeeded(self._clock())
-        if outcome != "ok":
+        if outcome is not Outcome.OK:
             log.warning("round %s in %.2fs: %s", outcome, seconds, per_tree)
         return RoundResult(outcome, per_tree, seconds)
 
-    async def _tree(self, tree: Tree, scope: Scope, limit: asyncio.Semaphore) -> str:
+    async def _tree(self, tree: Tree, scope: Scope, limit: asyncio.Semaphore) -> Outcome:
         async with limit:
             try:
                 looked = await self._diagnoser.diagnose(tree, scope, self._clock(), Trigger.ROUND)
@@ -102,10 +104,10 @@ class Scheduler:
                 )
             except SourceError as error:
                 log.warning("round: %s could not be diagnosed: %s", tree.id, error)
-                return "error"
+                return Outcome.ERROR
             except Exception:
                 log.exception("round: %s failed", tree.id)
-                return "error"
+                return Outcome.ERROR
             return looked.outcome
 
     async def housekeeping(self) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Coroutine
+from enum import StrEnum
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request, Response
@@ -22,6 +23,22 @@ from diagnosd.sinks.metrics import Metrics
 log = logging.getLogger(__name__)
 
 
+class Refused(StrEnum):
+    """Why a delivery never reached the handler: the `outcome` of diagnosd_webhook_deliveries."""
+
+    MALFORMED = "malformed"
+    UNAUTHORIZED = "unauthorized"
+    QUEUE_FULL = "queue_full"
+
+
+class Taken(StrEnum):
+    """What became of a delivery, and of each alert in it, that the handler took."""
+
+    ACCEPTED = "accepted"
+    QUEUED = "queued"
+    DUPLICATE = "duplicate"
+
+
 class CountedRoute(APIRoute):
     """Counts every delivery by outcome, refused ones included (they never reach the handler)."""
 
@@ -29,17 +46,17 @@ class CountedRoute(APIRoute):
         handler = super().get_route_handler()
 
         async def counted(request: Request) -> Response:
-            outcome = None
+            outcome: Refused | None = None
             try:
                 return await handler(request)
             except RequestValidationError:
-                outcome = "malformed"
+                outcome = Refused.MALFORMED
                 raise
             except Unauthorized:
-                outcome = "unauthorized"
+                outcome = Refused.UNAUTHORIZED
                 raise
             except QueueFull:
-                outcome = "queue_full"
+                outcome = Refused.QUEUE_FULL
                 raise
             finally:
                 if outcome is not None:
@@ -82,8 +99,8 @@ async def receive(payload: alerts.Payload, svc: ServicesDep) -> ReceiptOut:
 
 
 def _count(metrics: Metrics, plan: alerts.Plan, offer: Offer) -> None:
-    metrics.deliveries.labels("accepted" if offer.queued or not offer.duplicates else "duplicate").inc()
-    for outcome, count in (("queued", len(offer.queued)), ("duplicate", len(offer.duplicates))):
+    metrics.deliveries.labels(Taken.ACCEPTED if offer.queued or not offer.duplicates else Taken.DUPLICATE).inc()
+    for outcome, count in ((Taken.QUEUED, len(offer.queued)), (Taken.DUPLICATE, len(offer.duplicates))):
         if count:
             metrics.alerts.labels(outcome).inc(count)
     for skipped in plan.skipped:
