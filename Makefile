@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY      = $(VENV)/bin/python
 SCENARIO ?= kv_pool_full
 
-.PHONY: demo test lint deps system-deps clean
+.PHONY: demo test test-fast lint deps system-deps clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,10 @@ lint: deps
 test: system-deps deps lint
 	$(PY) -m diagnosd rules validate rules
 	$(PY) -m pytest -q
+
+# The inner loop: everything but the tests marked slow (wheel builds, whole fleets, matrices).
+test-fast: system-deps deps lint
+	$(PY) -m pytest -q -m 'not slow'
 
 demo: system-deps deps
 	$(PY) -m diagnosd demo --scenario $(SCENARIO)
