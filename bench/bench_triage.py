@@ -15,12 +15,14 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from common import QueryCounter  # bench/common.py: run as `python bench/NAME.py`
+
 from diagnosd import runtime
-from diagnosd.engine.triage import triage
+from diagnosd.engine import Scope
 from diagnosd.findings.triage import Board
 from diagnosd.rulestest.openmetrics import Series, write
 from diagnosd.rulestest.server import LocalPrometheus, backfill
-from diagnosd.sources import PrometheusConfig, PrometheusSource
+from diagnosd.sources import PrometheusConfig
 
 AT = datetime(2026, 2, 1, 12, tzinfo=UTC)
 TTFT = {"0.1": 50, "0.5": 90, "1.0": 100, "+Inf": 100}
@@ -59,23 +61,14 @@ def fleet(pods: int) -> list[Series]:
     return out
 
 
-class Counting(PrometheusSource):
-    queries = 0
-
-    async def query(self, promql, at):  # type: ignore[no-untyped-def]
-        self.queries += 1
-        return await super().query(promql, at)
-
-
 async def measure(url: str, rules: runtime.Rules) -> tuple[int, float, Board]:
-    config = PrometheusConfig(url=url, timeout=60.0)
-    async with config.client() as client:
-        source = Counting(config, client)
-        await triage(source, rules.ruleset.trees.values(), rules.aliases, at=AT)  # warm Prometheus' caches
-        source.queries = 0
+    counter = QueryCounter()
+    async with runtime.diagnoser(PrometheusConfig(url=url, timeout=60.0), rules, wrap=counter.wrap) as diagnoser:
+        await diagnoser.triage(Scope(), AT)  # warm Prometheus' caches
+        counter.queries = 0
         start = time.perf_counter()
-        board = await triage(source, rules.ruleset.trees.values(), rules.aliases, at=AT)
-        return source.queries, time.perf_counter() - start, board
+        board = await diagnoser.triage(Scope(), AT)
+        return counter.queries, time.perf_counter() - start, board
 
 
 def main(sizes: list[int]) -> None:

@@ -13,11 +13,14 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from common import QueryCounter  # bench/common.py: run as `python bench/NAME.py`
+
 from diagnosd import runtime
-from diagnosd.engine import Evaluator, Scope
+from diagnosd.engine import Scope
+from diagnosd.findings.lifecycle import Trigger
 from diagnosd.rulestest.openmetrics import Series, write
 from diagnosd.rulestest.server import LocalPrometheus, backfill
-from diagnosd.sources import PrometheusConfig, PrometheusSource
+from diagnosd.sources import PrometheusConfig
 
 RULES = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "rules"
 AT = datetime(2026, 2, 1, 12, tzinfo=UTC)
@@ -36,31 +39,21 @@ def fleet(pods: int) -> list[Series]:
     return series
 
 
-class Counting(PrometheusSource):
-    queries = 0
-
-    async def query(self, promql, at):  # type: ignore[no-untyped-def]
-        self.queries += 1
-        return await super().query(promql, at)
-
-
 async def measure(url: str, pods: int) -> tuple[int, float, int, float]:
     rules = runtime.load(RULES)
     tree = rules.ruleset.trees["queue_backlog"]
-    config = PrometheusConfig(url=url)
-    async with config.client() as client:
-        source = Counting(config, client)
-        evaluator = Evaluator(source, rules.aliases)
+    counter = QueryCounter()
+    async with runtime.diagnoser(PrometheusConfig(url=url), rules, wrap=counter.wrap) as diagnoser:
         start = time.perf_counter()
-        together = await evaluator.diagnose(tree, None, AT)
-        vector_time, vector_queries = time.perf_counter() - start, source.queries
-        source.queries = 0
+        together = (await diagnoser.diagnose(tree, Scope(), AT, Trigger.CLI)).diagnosis
+        vector_time, vector_queries = time.perf_counter() - start, counter.queries
+        counter.queries = 0
         start = time.perf_counter()
         found = 0
         for i in range(pods):
-            one = await evaluator.diagnose(tree, Scope.of({"pod": f"vllm-{i}"}), AT)
+            one = (await diagnoser.diagnose(tree, Scope.of({"pod": f"vllm-{i}"}), AT, Trigger.CLI)).diagnosis
             found += sum(bool(t.root_causes) for t in one.targets)
-        loop_time, loop_queries = time.perf_counter() - start, source.queries
+        loop_time, loop_queries = time.perf_counter() - start, counter.queries
     assert found == sum(bool(t.root_causes) for t in together.targets), "both ways must find the same causes"
     return vector_queries, vector_time, loop_queries, loop_time
 

@@ -50,12 +50,15 @@ async def diagnoser(
     params: Mapping[str, Mapping[str, float | str]] | None = None,
     strict_labels: Sequence[str] = (),
     topology: Topology = DEFAULT_TOPOLOGY,
+    wrap: Callable[[QuerySource], QuerySource] | None = None,
 ) -> AsyncIterator[Diagnoser]:
     """The daemon's Diagnoser, unmetered, on a PrometheusSource whose client lives as long as the
-    context: what the command line diagnoses with, so it refuses a blind answer as the daemon does."""
+    context: what the command line diagnoses with, so it refuses a blind answer as the daemon does.
+    `wrap` puts a layer around the source (a benchmark's query counter)."""
     async with config.client() as client:
+        source: QuerySource = PrometheusSource(config, client)
         yield Diagnoser(
-            PrometheusSource(config, client),
+            wrap(source) if wrap else source,
             rules.ruleset,
             rules.aliases,
             params=params,

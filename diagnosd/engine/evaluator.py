@@ -36,6 +36,8 @@ class Resolved:
     query: str
     absent: tuple[str, ...]
     all_absent: bool
+    # Names whose absence leaves the query without its data (promql.missing_source).
+    unsourced: tuple[str, ...] = ()
 
 
 class Evaluator:
@@ -207,10 +209,12 @@ class Evaluator:
         absent = tuple(missing)
         decisive = own or names
         all_absent = bool(decisive) and all(not spellings.get(n) for n in decisive)
+        joined = any(spellings.get(n) for n in joins)
+        unsourced = promql.missing_source(expr, lambda n: bool(spellings.get(n)) or (joined and n in joins))
         # Newest spelling first: where a target has several, the rewrite keeps the first one's answer.
         present = {n: self._newest_first(n, spellings[n]) for n in names if spellings.get(n)}
         query = rewrite(text, present, matchers, target)
-        return Resolved(query, absent, all_absent)
+        return Resolved(query, absent, all_absent, tuple(unsourced))
 
     def _newest_first(self, name: str, found: list[str]) -> list[str]:
         order = {spelling: rank for rank, spelling in enumerate(self.aliases.newest_first(name))}
@@ -330,6 +334,7 @@ def _questions(
             baseline_at=baseline_at,
             absent=r.absent,
             all_absent=r.all_absent,
+            unsourced=r.unsourced,
             value_label=item.value_label,
             absent_as_zero=item.absent_as_zero,
             unit=item.unit,

@@ -66,6 +66,8 @@ class Question:
     baseline_at: datetime | None = None
     absent: tuple[str, ...] = ()
     all_absent: bool = False
+    # Names without which the query has no data at all: then a missing sample is no zero.
+    unsourced: tuple[str, ...] = ()
     value_label: str | None = None
     absent_as_zero: bool = False
     unit: str | None = None
@@ -222,6 +224,10 @@ def _value(
             return None, (Reason.FLEET_LEVEL, "the answer has no target labels: see fleet-wide")
         if question.all_absent:
             return None, (Reason.METRIC_ABSENT, f"no series of {', '.join(question.absent)} on this Prometheus")
+        if question.absent_as_zero and question.unsourced:
+            # A count whose own series do not exist (its exporter is missing) counted nothing:
+            # no sample is not "zero events" but "could not look".
+            return None, (Reason.METRIC_ABSENT, f"no series of {', '.join(question.unsourced)}: no count to read as 0")
         if question.absent_as_zero:
             return 0.0, None
         detail = "no sample for this target"

@@ -7,7 +7,7 @@ Prometheus will parse.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import timedelta
 
 import promql_parser as pp
@@ -80,6 +80,39 @@ def join_names(expr: pp.Expr) -> set[str]:
 
     pp.walk(expr, pre_visit=visit)
     return joined - own
+
+
+def missing_source(expr: pp.Expr, present: Callable[[str], bool]) -> list[str]:
+    """The names whose absence leaves the expression without its data: every name outside an
+    `or`, and under an `or` only where both sides lack theirs (`a and (b or c)` needs a, and b or c).
+
+    Empty when the expression can be answered from what exists; a count that then has no sample
+    for a target truly counted nothing there.
+    """
+    if isinstance(expr, pp.VectorSelector):
+        names = [expr.name] if expr.name else _name_matcher_values(expr)
+        return [n for n in names if not present(n)]
+    if isinstance(expr, pp.BinaryExpr):
+        left, right = missing_source(expr.lhs, present), missing_source(expr.rhs, present)
+        if str(expr.op) == "or":
+            return left + right if left and right else []
+        return left + right
+    out: list[str] = []
+    for child in _children(expr):
+        out += missing_source(child, present)
+    return out
+
+
+def _children(expr: pp.Expr) -> list[pp.Expr]:
+    if isinstance(expr, pp.MatrixSelector):
+        return [expr.vector_selector]
+    if isinstance(expr, pp.Call):
+        return list(expr.args)
+    if isinstance(expr, pp.AggregateExpr):
+        return [expr.expr] + ([expr.param] if expr.param is not None else [])
+    if isinstance(expr, pp.ParenExpr | pp.UnaryExpr | pp.SubqueryExpr):
+        return [expr.expr]
+    return []  # literals
 
 
 def _name_matcher_values(node: pp.VectorSelector) -> list[str]:
