@@ -364,10 +364,17 @@ def _for(raw: str, values: P.Params) -> str:
 def _targets(
     tree: Tree, resolved: Mapping[str, Resolved], answers: Mapping[Job, Answer], at: datetime, scope: Scope
 ) -> list[Key]:
-    """Targets are what the symptom's own query sees; failing that, anything any check saw."""
+    """Targets are what the symptom's own query sees; failing that, anything a check saw (the
+    detect's metrics may be absent where the checks' are not). Context values and the traffic
+    floor only decorate a target: they name none (an image-pull time exists for every pod, not
+    only for the new ones a cold start is about)."""
     detect = [answers[(r.query, at)] for key, r in resolved.items() if key == "detect" or key.startswith("detect/")]
     keys = {k for answer in detect for k in answer.by_target}
     if not keys:
-        keys = {k for (_, when), answer in answers.items() if when == at for k in answer.by_target}
+        compared = {key for key, _ in comparisons(tree)}
+        checked = {r.query for key, r in resolved.items() if key in compared}
+        keys = {
+            k for (query, when), answer in answers.items() if when == at and query in checked for k in answer.by_target
+        }
     wanted = {i: value for i, label in enumerate(tree.target) for name, value in scope.pairs if name == label}
     return sorted(k for k in keys if all(k[i] == value for i, value in wanted.items()))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from datetime import timedelta
 
@@ -50,6 +51,18 @@ def duration(value: str, params: Mapping[str, float | str]) -> timedelta:
 
 
 def assumed_in(text: str, tree: Tree, params: Mapping[str, float | str]) -> dict[str, float | str]:
-    """The assumed params (no exporter publishes them) that a query or threshold mentions."""
+    """The assumed params (no exporter publishes them) that a query or threshold mentions.
+
+    An infinite value is a limit left unset (`max_num_seqs: .inf`: decided from the data): nothing
+    was assumed, so it is not listed.
+    """
     mentioned = refs(text)
-    return {name: params[name] for name, spec in tree.params.items() if spec.assumed and name in mentioned}
+    return {
+        name: params[name]
+        for name, spec in tree.params.items()
+        if spec.assumed and name in mentioned and not _unset(params[name])
+    }
+
+
+def _unset(value: float | str) -> bool:
+    return isinstance(value, float) and math.isinf(value)

@@ -7,11 +7,13 @@ allocated to); integer fields print as integers and double fields with %f, as th
 
 from __future__ import annotations
 
+import hashlib
 import math
+import uuid
 from collections.abc import Callable
 
 from diagnosd.sim.exposition import Collector, Family, Format, Kind, Labels
-from diagnosd.sim.hardware import Gpu, Reading, fb_free
+from diagnosd.sim.hardware import Gpu, Reading, fb_free, read
 from diagnosd.sim.simulator import PodState, Simulator
 from diagnosd.sim.spec import GpuSpec
 
@@ -140,8 +142,59 @@ def families(sim: Simulator, wanted: frozenset[str] | None = None) -> list[Famil
                 continue  # its node is out of the cluster
             spec = state.pod.deployment.gpu
             for gpu in state.gpus:
-                family.add(_labels(state, gpu.index, host_label), _clean(value(spec, gpu, gpu.reading), fmt))
+                reading = value(spec, gpu, gpu.reading)
+                if name == "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE":
+                    reading *= _expert_work(state, gpu.index)
+                family.add(_labels(state, gpu.index, host_label), _clean(reading, fmt))
+        for labels, spec, gpu in _spares(sim, host_label):
+            family.add(labels, _clean(value(spec, gpu, gpu.reading), fmt))
     return out.families()
+
+
+def _spares(sim: Simulator, host_label: str) -> list[tuple[Labels, GpuSpec, Gpu]]:
+    """GPUs of a pod's node that no pod is allocated: idle, and without pod labels (as dcgm-exporter
+    reports a GPU no container holds), once per node."""
+    out: list[tuple[Labels, GpuSpec, Gpu]] = []
+    seen: set[str] = set()
+    for state in sim.pods.values():
+        pod, spare = state.pod, state.knobs.node_spare_gpus
+        if state.pending or spare == 0 or pod.node in seen:
+            continue
+        seen.add(pod.node)
+        spec = pod.deployment.gpu
+        for index in range(len(pod.gpus), len(pod.gpus) + spare):
+            reading = read(spec, index, state.knobs, None, state.noise + index * 7, sim.time)
+            gpu = Gpu(index, energy_mj=reading.power * (sim.time - sim.origin) * 1000.0, reading=reading)
+            uid = uuid.UUID(bytes=hashlib.sha256(f"{pod.node}/{index}".encode()).digest()[:16])
+            labels: Labels = (
+                ("gpu", str(index)),
+                ("UUID", f"GPU-{uid}"),
+                ("pci_bus_id", f"00000000:{0x18 + 0x10 * index:02X}:00.0"),
+                ("device", f"nvidia{index}"),
+                ("modelName", spec.model),
+                (host_label, pod.node),
+                ("DCGM_FI_DRIVER_VERSION", spec.driver),
+                ("instance", f"{pod.node_ip}:9400"),
+                ("job", "dcgm-exporter"),
+            )
+            out.append((labels, spec, gpu))
+    return out
+
+
+def _expert_work(state: PodState, index: int) -> float:
+    """GPU `index`'s expert work as a share of the busiest GPU's (1 without expert parallelism).
+
+    With balancedness b (mean / max tokens per GPU of a forward pass, what SGLang reports) the
+    first GPU holds the hot experts and the others split the rest evenly: n * mean tokens in all,
+    mean / b on the first, so each other GPU computes (n * b - 1) / (n - 1) of the busiest's work
+    and its tensor pipe idles the rest of the pass, waiting in the all-to-all. GPU utilisation does
+    not drop with it: the waiting GPU runs the communication kernel all along.
+    """
+    n = len(state.gpus)
+    if not state.pod.deployment.expert_parallel or n < 2 or index == 0:
+        return 1.0
+    b = state.knobs.expert_balancedness
+    return max(0.0, (n * b - 1.0) / (n - 1.0))
 
 
 def _clean(value: float, fmt: Format) -> float:

@@ -42,7 +42,9 @@ class Pod:
 
     @property
     def litellm_model(self) -> str:
-        return f"hosted_vllm/{self.deployment.model_name}"
+        # kwargs["model"] after get_llm_provider: LiteLLM strips the provider prefix of the
+        # configured hosted_vllm/<name>, so `model` / `litellm_model_name` read the served name.
+        return self.deployment.model_name
 
 
 @dataclass(frozen=True)

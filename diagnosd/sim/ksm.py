@@ -3,6 +3,9 @@
 Names and labels follow internal/store/{pod,node,deployment,horizontalpodautoscaler}.go at
 c92fe0c5 (metrics-infra.md section 3, samples/kube-state-metrics); values print as Go's %g.
 A pod waiting for a GPU has no node: its node is out of the cluster (drained or scaled away).
+A new pod whose image is being pulled is on its node (kube_pod_start_time set) but still Pending,
+its container waiting (ContainerCreating) with no kube_pod_container_state_started yet: the
+kubelet starts the container once the pull is done.
 """
 
 from __future__ import annotations
@@ -67,18 +70,32 @@ def _pod(out: Collector, state: PodState, now: float) -> None:
         _g(out, "kube_pod_status_ready", "[STABLE] Describes whether the pod is ready to serve requests.").add(
             _labels(**own, condition=condition), float(value)
         )
-    phase = "Pending" if state.pending else "Running"
+    started = _container_started(state)
+    # The pod phase stays Pending until its containers start (image pulls included).
+    phase = "Pending" if state.pending or started > now else "Running"
     for name in PHASES:
         _g(out, "kube_pod_status_phase", "[STABLE] The pods current phase.").add(
             _labels(**own, phase=name), float(name == phase)
         )
-    _container(out, state, own, node)
+    _container(out, state, own, node, started, now)
 
 
-def _container(out: Collector, state: PodState, own: dict[str, str], node: str) -> None:
+def _container_started(state: PodState) -> float:
+    """When the engine container (last) started: a new pod's first start waits for its image pull.
+
+    The pull is the first `image_pull_s` of the replacement's load; a restart reuses the image.
+    """
+    pull = state.knobs.image_pull_s
+    if pull <= 0.0 or state.restarts or state.loading is None:
+        return state.container_started
+    start, end = state.loading
+    return state.container_started + min(pull, max(0.0, end - start - 1.0))
+
+
+def _container(out: Collector, state: PodState, own: dict[str, str], node: str, started: float, now: float) -> None:
     container = "vllm" if state.pod.deployment.engine == "vllm" else "sglang"
     c = dict(own, container=container)
-    running = not state.pending
+    running = not state.pending and started <= now
     out.family(
         "kube_pod_container_status_restarts_total",
         Kind.COUNTER,
@@ -104,7 +121,7 @@ def _container(out: Collector, state: PodState, own: dict[str, str], node: str) 
         ).add(_labels(**c, reason="ContainerCreating"), 1)
     else:
         _g(out, "kube_pod_container_state_started", "[STABLE] Start time in unix timestamp for a pod container.").add(
-            _labels(**c), state.container_started
+            _labels(**c), started
         )
     if state.last_exit is not None:
         exit_ = state.last_exit

@@ -96,6 +96,8 @@ def _flow(gw: Gateway, layout: Layout, knobs: Knobs, engines: dict[str, Engine |
     pod, g = flow.pod, knobs.groups[flow.group]
     engine = engines[pod.key]
     lb, late = gw.health[pod.key]
+    if not g.exported:
+        return flow.attempts * (lb + late)  # no proxy exporting it yet: routed, never counted
     down = 1.0 if engine is None else 0.0
     status = knobs.pods[pod.key].gateway_failure_status if not down else "503"
     calls = flow.attempts * dt
@@ -138,9 +140,13 @@ def _client_side(gw: Gateway, layout: Layout, knobs: Knobs, flow: Flow, dt: floa
     _rejected(gw, knobs, flow, dt)
     key = knobs.keys[flow.key.spec.alias]
     per_minute = flow.client_rps * 60.0
-    labels = _labels(flow, REMAINING)
-    gw.gauges[("litellm_remaining_api_key_requests_for_model", labels)] = remaining(key.rpm_limit, per_minute)
-    gw.gauges[("litellm_remaining_api_key_tokens_for_model", labels)] = remaining(key.tpm_limit, per_minute * 2500.0)
+    # `model` here is the model group (get_model_group_from_litellm_kwargs), not the deployment's model.
+    labels = _labels(flow, REMAINING, model=flow.group)
+    # Only model-specific limits show here: a key-wide rpm_limit / tpm_limit leaves sys.maxsize.
+    gw.gauges[("litellm_remaining_api_key_requests_for_model", labels)] = remaining(key.model_rpm_limit, per_minute)
+    gw.gauges[("litellm_remaining_api_key_tokens_for_model", labels)] = remaining(
+        key.model_tpm_limit, per_minute * 2500.0
+    )
 
 
 def _rejected(gw: Gateway, knobs: Knobs, flow: Flow, dt: float) -> None:
@@ -179,9 +185,14 @@ def _cooldown(gw: Gateway, layout: Layout, knobs: Knobs, pod: Pod, failed_rps: f
     g = knobs.groups[group.name]
     events = failed_rps / (g.allowed_fails + 1.0)
     gw.cooled[pod.key] = min(0.9, events * g.cooldown_time)
+    if not g.exported:
+        return
     status = knobs.pods[pod.key].gateway_failure_status
     labels = _state_labels(pod)
-    gw.count("litellm_deployment_cooled_down_total", (*labels, ("exception_status", status)), events * dt)
+    # router_cooldown_event_callback labels the cooldown with the deployment's model_name (the
+    # group alias), not with the underlying model the call counters carry.
+    cooled = (("litellm_model_name", group.name), *labels[1:])
+    gw.count("litellm_deployment_cooled_down_total", (*cooled, ("exception_status", status)), events * dt)
     state = 2.0 if events * dt >= 1.0 else (1.0 if failed_rps * dt >= 1.0 else 0.0)
     gw.gauges[("litellm_deployment_state", labels)] = state
 

@@ -127,11 +127,15 @@ class Fault(Strict):
 
 
 class Expectation(Strict):
-    """What the rules must find: `causes` among the root causes of `symptom` on `target`."""
+    """What the rules must find: `causes` among the root causes of `symptom` on `target`.
+
+    `causes: []`: the symptom shows on the target and no root cause may be named (a benign
+    condition the metrics cannot tell from a fault: the manual branches are left to a person).
+    """
 
     symptom: str
     target: str = Field(pattern=TARGET.pattern)
-    causes: list[str] = Field(min_length=1)
+    causes: list[str]
     # Other targets of this symptom must show no symptom (the fault stays where it was put).
     isolated: bool = True
     # Causes the diagnosis must report as fleet-level findings (a check answered without target
@@ -147,6 +151,9 @@ class Scenario(Strict):
     fleet: Fleet | None = None
     faults: list[Fault] = []
     expect: list[Expectation] = []
+    # Every tree not named in `expect` must show no symptom anywhere (as for a scenario that
+    # expects nothing): a benign condition that one tree must name and no other may flag.
+    quiet_elsewhere: bool = False
 
 
 def names() -> list[str]:

@@ -61,6 +61,8 @@ class PodState:
     nic_tx: float = 0.0  # bytes, node_exporter counters of the pod's node
     nic_rx: float = 0.0
     disk_read: float = 0.0
+    disk_busy: float = 0.0  # seconds the local disk had I/O in flight (node_disk_io_time_seconds_total)
+    nfs_reads: float = 0.0  # NFS READ calls of the node's client
     ib_tx: float = 0.0
     ib_rx: float = 0.0
     ib_errors: float = 0.0
@@ -236,7 +238,16 @@ class Simulator:
         background = state.knobs.nic_background_gbps * 1e9 / 8.0
         state.nic_tx += dt * (background + served * 6000.0)
         state.nic_rx += dt * (background * 1.2 + served * 9000.0 + pulled)
-        state.disk_read += dt * (2.0e6 + self._load_rate(state, t, dt))
+        load = self._load_rate(state, t, dt)
+        if state.knobs.weights_on_nfs:
+            # Over the NIC in rsize (1 MiB) READ calls; the local disk only sees its background.
+            state.nfs_reads += dt * load / float(1 << 20)
+            state.nic_rx += dt * load
+            load = 0.0
+        disk = 2.0e6 + load
+        state.disk_read += dt * disk
+        # Busy in proportion to the disk's ceiling: a degraded drive saturates at a few 100 MB/s.
+        state.disk_busy += dt * min(1.0, 0.004 + disk / (state.knobs.disk_read_gbps * 1e9))
         state.ib_tx += dt * state.knobs.ib_traffic_gbps * 1e9 / 8.0
         state.ib_rx += dt * state.knobs.ib_traffic_gbps * 1e9 / 8.0 * 0.9
         state.ib_errors += dt * state.knobs.ib_errors_per_s

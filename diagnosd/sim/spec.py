@@ -60,6 +60,12 @@ class PodKnobs(Strict):
     # GPUs the pod's manifest requests when it differs from the deployment's tensor-parallel group
     # (a manifest edited for a bigger TP size than any node has).
     gpu_request: Annotated[int, Field(ge=1)] | None = None
+    # Seconds the kubelet spends pulling the image of a new pod before its container starts: the
+    # first part of a replacement's `load` (a restart reuses the pulled image).
+    image_pull_s: NonNegative = 0.0
+    # GPUs of the pod's node that no pod is allocated (a dev box's, or a node bigger than its
+    # pods): dcgm-exporter reports them, idle, without pod labels.
+    node_spare_gpus: Annotated[int, Field(ge=0, le=7)] = 0
     # GPU state.
     clock_factor: Annotated[float, Field(gt=0.0, le=1.0)] = 1.0
     gpu_contention: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.0
@@ -77,6 +83,12 @@ class PodKnobs(Strict):
     ib_state_id: Annotated[int, Field(ge=0, le=5)] = 4
     ib_physical_state_id: Annotated[int, Field(ge=0, le=7)] = 5
     ib_errors_per_s: NonNegative = 0.0
+    # HCAs of the node with no cable (Down / Polling since boot), besides the used mlx5_0.
+    ib_spare_ports: Annotated[int, Field(ge=0, le=7)] = 0
+    # The node's local NVMe: its read ceiling (GB/s; a degraded PCIe link or a failing drive lowers
+    # it). Weights on an NFS/EFS mount are read through the node's NFS client over the NIC instead.
+    disk_read_gbps: Positive = 3.5
+    weights_on_nfs: bool = False
     # Load-balancer failures the gateway sees on this backend (share of its calls, and the status).
     gateway_failure_share: Share = 0.0
     gateway_failure_status: str = "500"
@@ -127,6 +139,10 @@ class GroupKnobs(Strict):
     usd_per_m_input: NonNegative = 0.2
     usd_per_m_output: NonNegative = 0.6
     streaming_share: Share = 0.8
+    # False while no LiteLLM proxy with the prometheus callback serves the group (before a fresh
+    # proxy started): its series do not exist then and count from 0 from the start, as a fresh
+    # proxy's do. Its traffic flows all the same (through the router that came before).
+    exported: bool = True
 
 
 class KeyKnobs(Strict):
@@ -138,8 +154,13 @@ class KeyKnobs(Strict):
     # Share of the key's requests the gateway rejects (400); each rejected request is sent again,
     # so a key with failure_share f makes 1/(1-f) times the calls it means to.
     failure_share: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.0
+    # Key-wide limits: no LiteLLM metric exports them.
     rpm_limit: Positive | None = 6000.0
     tpm_limit: Positive | None = 20_000_000.0
+    # Model-specific limits (the key's metadata model_rpm_limit / model_tpm_limit), the only ones
+    # litellm_remaining_api_key_*_for_model show; sys.maxsize without one.
+    model_rpm_limit: Positive | None = None
+    model_tpm_limit: Positive | None = None
 
 
 EngineKind = Literal["vllm", "sglang"]

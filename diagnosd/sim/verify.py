@@ -6,7 +6,7 @@ one time frame without seeing each other. Each expectation is then diagnosed thr
 rules at the anchor: its first cause must be a root cause of its target and the others shown
 (root causes, or consequences under one), and, unless the scenario says otherwise, no other
 target of that symptom may show the symptom. A scenario that expects nothing (a healthy fleet)
-must show no symptom in any tree.
+must show no symptom in any tree; one with `quiet_elsewhere` none in any tree it expects nothing of.
 """
 
 from __future__ import annotations
@@ -18,8 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from diagnosd import runtime
-from diagnosd.engine import Evaluator, Scope
+from diagnosd.engine import Scope
 from diagnosd.engine.params import effective
+from diagnosd.findings.lifecycle import Trigger
 from diagnosd.findings.model import Diagnosis
 from diagnosd.rulestest.server import LocalPrometheus
 from diagnosd.sim.backfill import backfill
@@ -28,7 +29,7 @@ from diagnosd.sim.exposition import write_openmetrics
 from diagnosd.sim.scenario import Scenario
 from diagnosd.sim.schedule import Schedule
 from diagnosd.sim.simulator import HISTORY, current_names
-from diagnosd.sources import PrometheusConfig, PrometheusSource
+from diagnosd.sources import PrometheusConfig
 from diagnosd.trees import promql
 from diagnosd.trees.model import Tree, queries
 
@@ -101,7 +102,9 @@ def _keep(anchor: float) -> Callable[[float], bool]:
 
 
 def _trees(scenario: Scenario, rules: runtime.Rules) -> list[Tree]:
-    if not scenario.expect:
+    # Every tree where nothing or (quiet_elsewhere) nothing else may show: judge() then requires
+    # no symptom on each tree without an expectation.
+    if not scenario.expect or scenario.quiet_elsewhere:
         return list(rules.ruleset.trees.values())
     symptoms = dict.fromkeys(e.symptom for e in scenario.expect)
     return [tree for s in symptoms if (tree := rules.ruleset.tree(s)) is not None]
@@ -114,13 +117,15 @@ async def _evaluate(url: str, scenarios: Iterable[Scenario], rules: runtime.Rule
     config = PrometheusConfig(url=url, timeout=60.0)
     out: list[Finding] = []
     limit = asyncio.Semaphore(4)
-    async with config.client() as client:
-        evaluator = Evaluator(PrometheusSource(config, client), rules.aliases, strict_labels=[LABEL])
+    async with runtime.diagnoser(config, rules, strict_labels=[LABEL]) as diagnoser:
 
         async def one(scenario: Scenario, tree: Tree) -> list[Finding]:
             async with limit:
-                diagnosis = await evaluator.diagnose(tree, Scope.of({LABEL: scenario.name or "?"}), at)
-            return judge(scenario, tree, diagnosis, anchor)
+                looked = await diagnoser.diagnose(tree, Scope.of({LABEL: scenario.name or "?"}), at, Trigger.CLI)
+            finding = judge(scenario, tree, looked.diagnosis, anchor)
+            for error in looked.errors:  # a query that failed is a broken drill, not an unknown to accept
+                finding[0].problems.append(f"a query failed: {error}")
+            return finding
 
         pairs = [(scenario, tree) for scenario in scenarios for tree in _trees(scenario, rules)]
         for findings in await asyncio.gather(*(one(s, t) for s, t in pairs)):
@@ -158,6 +163,11 @@ def judge(scenario: Scenario, tree: Tree, diagnosis: Diagnosis, at: float) -> li
             missing += [c for c in expectation.causes[1:] if c not in shown]
             if missing:
                 finding.problems.append(_explain(target, missing))
+            if not expectation.causes:  # the symptom, and no cause named
+                if target.symptom_present is not True:
+                    finding.problems.append(f"{_name(labels)}: symptom {target.symptom_present}, expected present")
+                if finding.causes:
+                    finding.problems.append(f"{_name(labels)}: root causes {', '.join(finding.causes)}, expected none")
         fleetwide = {f.finding.cause for f in diagnosis.fleet if f.finding is not None}
         finding.problems += [
             f"missing fleet-level finding {c} (fleet-level: {', '.join(sorted(fleetwide)) or 'none'})"

@@ -228,6 +228,11 @@ async def test_assumed_params_are_carried_in_the_evidence_and_overrides_apply() 
     assert diagnosis.targets[0].root_causes[0].evidence[-1].assumed == {"seqs": 64.0}
     with pytest.raises(ParamError, match="no such param"):
         await run(tree, source, overrides={"nope": 1})
+    # A limit left unset (.inf: decided from the data elsewhere) was not assumed: not listed.
+    unset = await run(tree, source, overrides={"seqs": math.inf})
+    (seqs,) = unset.targets[0].checks
+    assert seqs.evidence is not None
+    assert seqs.evidence.assumed == {}
 
 
 async def test_scope_reaches_every_selector_as_a_matcher() -> None:

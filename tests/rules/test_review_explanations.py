@@ -35,6 +35,8 @@ from tests.conftest import RULES, StartPrometheus
 NS = "prod"
 MODEL = "llama-3-8b"
 EVAL = "1d30m"
+# EVAL as a Unix time: the series runner's first sample lies at 2026-01-01T00:00:00Z.
+EVAL_EPOCH = int(datetime(2026, 1, 2, 0, 30, tzinfo=UTC).timestamp())
 
 
 def num(x: float) -> str:
@@ -87,9 +89,13 @@ def ttft_pod(
     computed: tuple[float, float] | None = None,
     slow: bool = True,
     buckets: dict[str, tuple[float, float]] | None = None,
+    started: float | None = None,
 ) -> list[dict[str, str]]:
     """One vLLM V1 pod of the ttft_high tree. TTFT p95 goes from < 0.1 s to ~2.4 s when `slow`.
-    All prompts are below 5000 tokens (long_prompt_blocking stays clear)."""
+    All prompts are below 5000 tokens (long_prompt_blocking stays clear). `started`: the API
+    server's process_start_time_seconds now, in seconds before EVAL (prometheus_client's process
+    collector, scraped with the pod's labels); a process started after the baseline window shows
+    an older one (10 days before EVAL) there. None: no start-time metric at all."""
     (rb, rn), (pb, pn), (hb, hn) = req, prompt, hit
     tokens = (rb * pb, rn * pn)
     out = [
@@ -118,6 +124,13 @@ def ttft_pod(
         out.append(s(vllm("request_prompt_tokens_bucket", pod, le=le), counter(b, n)))
     if computed is not None:
         out.append(s(vllm("prompt_tokens_by_source_total", pod, source="local_compute"), counter(*computed)))
+    if started is not None:
+        out.append(
+            s(
+                f'process_start_time_seconds{{namespace="{NS}",pod="{pod}",job="vllm",instance="10.0.0.1:8000"}}',
+                gauge(EVAL_EPOCH - (started if started > 86400 + 1800 else 10 * 86400), EVAL_EPOCH - started),
+            )
+        )
     return out
 
 
@@ -144,12 +157,13 @@ TTFT: list[dict[str, Any]] = [
         ],
     },
     {
-        # The brief's rule, at the edge the declaration ignores: a new caller brings 4x the
-        # requests with prompts a bit longer (x1.35). The queue grows because of the calls; the
-        # prompts account for x1.35 of the work at most. queueing must stay a root cause (its
-        # remediation, scale out or rate-limit, is the one that helps); formerly prompt_inflation
-        # explained queueing with no size check at all.
-        "name": "ttft_traffic_x4_with_prompts_x1_35_queueing_stays_a_root_cause",
+        # A new caller brings 4x the requests with prompts a bit longer (x1.35): the pod finishes
+        # 4x the requests a second, the queue grows and the GPU saturates with x5.4 the prefill.
+        # The causal reading: more traffic is the root cause (scale out / rate-limit), and the
+        # queue and the extra prefill are its consequences (traffic x4 x1.5 slack covers prefill
+        # x5.4); the prompts stay a root cause of their own. Formerly queueing itself was the root
+        # cause, with nothing saying what made the queue.
+        "name": "ttft_traffic_x4_with_prompts_x1_35_traffic_growth_explains_the_queue",
         "eval_time": EVAL,
         "input_series": ttft_pod(
             "vllm-0", req=(60, 240), prompt=(1000, 1350), waiting=(0, 40), step_tokens=(500, 600), gpu=(50, 97)
@@ -158,22 +172,46 @@ TTFT: list[dict[str, Any]] = [
             {
                 "target": target("vllm-0"),
                 "symptom_present": True,
-                "causes": ["prompt_inflation", "queueing", "gpu_compute_contention"],
+                "top_cause": "traffic_growth",
+                "causes": ["traffic_growth", "prompt_inflation"],
+                "absent_causes": ["queueing", "gpu_compute_contention"],
+                "explained": {"queueing": ["traffic_growth"], "gpu_compute_contention": ["traffic_growth"]},
             }
         ],
     },
     {
-        # --max-num-batched-tokens raised 2048 -> 16384: steps x8 while prompts grew x1.35.
-        # batch_too_large (lower --max-num-batched-tokens) is the change that matters; formerly
-        # prompt_inflation explained it without a size check.
-        "name": "ttft_steps_x8_with_prompts_x1_35_batch_too_large_stays_a_root_cause",
+        # --max-num-batched-tokens raised 2048 -> 16384 in a restart 30 minutes ago: steps x8
+        # while prompts grew x1.35. The restart is the only trace of the new flags (no engine
+        # exports them): step_limits_changed is a root cause and the bigger steps its consequence.
+        "name": "ttft_steps_x8_with_prompts_x1_35_after_a_restart_step_limits_changed_is_a_root_cause",
         "eval_time": EVAL,
-        "input_series": ttft_pod("vllm-0", prompt=(1000, 1350), step_tokens=(500, 4000)),
+        "input_series": ttft_pod("vllm-0", prompt=(1000, 1350), step_tokens=(500, 4000), started=1800),
         "expect": [
             {
                 "target": target("vllm-0"),
                 "symptom_present": True,
-                "causes": ["prompt_inflation", "batch_too_large"],
+                "causes": ["step_limits_changed", "prompt_inflation"],
+                "absent_causes": ["batch_too_large"],
+                "explained": {"batch_too_large": ["step_limits_changed"]},
+                "checks": {"step_limits_changed": "matched"},
+            }
+        ],
+    },
+    {
+        # The same data with the engine running since before the baseline: its step limits are
+        # the baseline's, so steps carry more tokens only because more prefill waits for them:
+        # batch_too_large is a consequence of the prompts, not a root cause.
+        "name": "ttft_steps_x8_with_prompts_x1_35_no_restart_batch_too_large_is_explained_by_the_prompts",
+        "eval_time": EVAL,
+        "input_series": ttft_pod("vllm-0", prompt=(1000, 1350), step_tokens=(500, 4000), started=10 * 86400),
+        "expect": [
+            {
+                "target": target("vllm-0"),
+                "symptom_present": True,
+                "top_cause": "prompt_inflation",
+                "absent_causes": ["batch_too_large", "step_limits_changed"],
+                "explained": {"batch_too_large": ["prompt_inflation"]},
+                "checks": {"step_limits_changed": "clear"},
             }
         ],
     },
@@ -499,6 +537,11 @@ def nccl_case(state: str, physical: str, downed: str, symbols: str) -> list[dict
             'vllm:generation_tokens_total{namespace="prod",pod="llama-tp",model_name="llama-tp",engine="0"}',
             "0+6000x10 _x1429 2920000+2000x10",
         ),
+        # The detect reads tokens/s per running request: the same 10 requests decode a third as fast.
+        s(
+            'vllm:num_requests_running{namespace="prod",pod="llama-tp",model_name="llama-tp",engine="0"}',
+            "10x10 _x1429 10x10",
+        ),
         s(
             'kube_pod_container_resource_requests{namespace="prod",pod="llama-tp",uid="u-llama-tp",container="vllm",'
             'node="gpu-1",resource="nvidia_com_gpu",unit="integer"}',
@@ -796,6 +839,8 @@ def under_pod(pod: str, node: str, *, running: float) -> list[dict[str, str]]:
     out += [
         s(vllm("request_success_total", pod, finished_reason="stop"), counter(120, 120)),
         s(vllm("num_requests_running", pod), gauge(30, running)),
+        # The lowered limit holds requests back: they wait for a place in the small batch.
+        s(vllm("num_requests_waiting", pod), gauge(0, 20)),
         s(vllm("iteration_tokens_total_sum", pod), counter(480000, 480000)),
         s(vllm("iteration_tokens_total_count", pod), counter(1200, 1200)),
         s(f'process_cpu_seconds_total{{namespace="{NS}",pod="{pod}"}}', counter(18, 18)),
