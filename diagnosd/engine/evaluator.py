@@ -376,5 +376,9 @@ def _targets(
         keys = {
             k for (query, when), answer in answers.items() if when == at and query in checked for k in answer.by_target
         }
+    if not keys and any(answer.short_history is not None for answer in detect):
+        # A TSDB younger than the detect's window: whatever answered names the targets, so each
+        # reads "not enough history yet" instead of the fleet reading "no target".
+        keys = {k for (_, when), answer in answers.items() if when == at for k in answer.by_target}
     wanted = {i: value for i, label in enumerate(tree.target) for name, value in scope.pairs if name == label}
     return sorted(k for k in keys if all(k[i] == value for i, value in wanted.items()))
