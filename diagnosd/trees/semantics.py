@@ -209,12 +209,22 @@ def _check_check(tree: Tree, loc: Loc, node: CheckNode, params: Mapping[str, flo
         yield from _check_query(tree, (*loc, "context", index, "query"), context.query, params)
 
 
-def _check_conditional(tree: Tree, loc: Loc, item: Conditional, params: Mapping[str, float | str]) -> Found:
-    """A comparison's query, compare and `sustained`; each condition of all / any in turn."""
-    if item.combine is not None:
-        for index, condition in enumerate(item.conditions):
-            yield from _check_conditional(tree, (*loc, item.combine, index), condition, params)
+def _located_leaves(loc: Loc, item: Conditional) -> Iterator[tuple[Loc, Conditional]]:
+    """Each simple comparison of an item with where it is written (`all` / `any` and an index)."""
+    if item.combine is None:
+        yield loc, item
         return
+    for index, condition in enumerate(item.conditions):
+        yield from _located_leaves((*loc, item.combine, index), condition)
+
+
+def _check_conditional(tree: Tree, loc: Loc, item: Conditional, params: Mapping[str, float | str]) -> Found:
+    """Each comparison's query, compare and `sustained` (every condition of all / any)."""
+    for where, leaf in _located_leaves(loc, item):
+        yield from _check_leaf(tree, where, leaf, params)
+
+
+def _check_leaf(tree: Tree, loc: Loc, item: Conditional, params: Mapping[str, float | str]) -> Found:
     query, compare = item.comparison()
     yield from _check_query(tree, (*loc, "query"), query, params)
     yield from _check_compare(tree, (*loc, "compare"), compare)
@@ -458,11 +468,12 @@ def _number(tree: Tree, value: float | str) -> float | None:
 
 
 def _constant_queries(tree: Tree, loc: Loc, item: Conditional, params: Mapping[str, float | str]) -> Found:
-    """Self-comparisons anywhere in the query, and a 0/1 (or clamped) value its threshold cannot cut."""
-    if item.combine is not None:
-        for index, condition in enumerate(item.conditions):
-            yield from _constant_queries(tree, (*loc, item.combine, index), condition, params)
-        return
+    """Self-comparisons anywhere in a query, and a 0/1 (or clamped) value its threshold cannot cut."""
+    for where, leaf in _located_leaves(loc, item):
+        yield from _constant_leaf(tree, where, leaf, params)
+
+
+def _constant_leaf(tree: Tree, loc: Loc, item: Conditional, params: Mapping[str, float | str]) -> Found:
     query, compare = item.comparison()
     try:
         expr = promql.parse(promql.substitute(query, params, tree.target))
