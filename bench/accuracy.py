@@ -19,9 +19,9 @@ import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
-from diagnosd import runtime
+from diagnosd.daemon import compose
+from diagnosd.drills.accuracy import Outcome, Score, cases, run, scores
 from diagnosd.sim import scenario
-from diagnosd.sim.accuracy import Outcome, Score, cases, run, scores
 
 ANCHOR = datetime(2026, 11, 20, 15, 0, tzinfo=UTC).timestamp()
 
@@ -76,7 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     per = {s.name or "?": args.variations if s.expect else args.healthy for s in loaded}
     matrix = cases(loaded, per, seed=args.seed)
     started = time.monotonic()
-    outcomes = run(matrix, runtime.load(), anchor=ANCHOR, seed=args.seed, naive=True)
+    outcomes = run(matrix, compose.load(), anchor=ANCHOR, seed=args.seed, naive=True)
     took = time.monotonic() - started
     scored = {c.id for c in matrix if c.twin_of is None}
     print(f"{len(scored)} cases ({len(matrix) - len(scored)} twins with every exporter), {took:.0f} s\n")

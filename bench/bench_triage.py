@@ -17,11 +17,11 @@ from pathlib import Path
 
 from common import QueryCounter  # bench/common.py: run as `python bench/NAME.py`
 
-from diagnosd import runtime
+from diagnosd.daemon import compose
 from diagnosd.engine import Scope
 from diagnosd.findings.triage import Board
-from diagnosd.rulestest.openmetrics import Series, write
-from diagnosd.rulestest.server import LocalPrometheus, backfill
+from diagnosd.promlocal import LocalPrometheus, backfill
+from diagnosd.promlocal.openmetrics import Series, write
 from diagnosd.sources import PrometheusConfig
 
 AT = datetime(2026, 2, 1, 12, tzinfo=UTC)
@@ -61,9 +61,9 @@ def fleet(pods: int) -> list[Series]:
     return out
 
 
-async def measure(url: str, rules: runtime.Rules) -> tuple[int, float, Board]:
+async def measure(url: str, rules: compose.Rules) -> tuple[int, float, Board]:
     counter = QueryCounter()
-    async with runtime.diagnoser(PrometheusConfig(url=url, timeout=60.0), rules, wrap=counter.wrap) as diagnoser:
+    async with compose.diagnoser(PrometheusConfig(url=url, timeout=60.0), rules, wrap=counter.wrap) as diagnoser:
         await diagnoser.triage(Scope(), AT)  # warm Prometheus' caches
         counter.queries = 0
         start = time.perf_counter()
@@ -75,7 +75,7 @@ def main(sizes: list[int]) -> None:
     columns = ("targets", "queries", "ratio", "present", "hits", "time", "ratio")
     widths = (8, 8, 7, 8, 6, 9, 7)
     print(" ".join(f"{c:>{w}}" for c, w in zip(columns, widths, strict=True)))
-    rules = runtime.load()  # once: every N is triaged with the same trees
+    rules = compose.load()  # once: every N is triaged with the same trees
     first: tuple[int, float] | None = None
     for pods in sizes:
         with tempfile.TemporaryDirectory() as tmp:

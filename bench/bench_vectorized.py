@@ -15,11 +15,11 @@ from pathlib import Path
 
 from common import QueryCounter  # bench/common.py: run as `python bench/NAME.py`
 
-from diagnosd import runtime
+from diagnosd.daemon import compose
 from diagnosd.engine import Scope
 from diagnosd.findings.lifecycle import Trigger
-from diagnosd.rulestest.openmetrics import Series, write
-from diagnosd.rulestest.server import LocalPrometheus, backfill
+from diagnosd.promlocal import LocalPrometheus, backfill
+from diagnosd.promlocal.openmetrics import Series, write
 from diagnosd.sources import PrometheusConfig
 
 RULES = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "rules"
@@ -40,10 +40,10 @@ def fleet(pods: int) -> list[Series]:
 
 
 async def measure(url: str, pods: int) -> tuple[int, float, int, float]:
-    rules = runtime.load(RULES)
+    rules = compose.load(RULES)
     tree = rules.ruleset.trees["queue_backlog"]
     counter = QueryCounter()
-    async with runtime.diagnoser(PrometheusConfig(url=url), rules, wrap=counter.wrap) as diagnoser:
+    async with compose.diagnoser(PrometheusConfig(url=url), rules, wrap=counter.wrap) as diagnoser:
         start = time.perf_counter()
         together = (await diagnoser.diagnose(tree, Scope(), AT, Trigger.CLI)).diagnosis
         vector_time, vector_queries = time.perf_counter() - start, counter.queries

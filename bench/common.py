@@ -8,7 +8,7 @@ from diagnosd.sources.metered import MeteredSource
 
 
 class QueryCounter:
-    """Counts the PromQL queries (`/api/v1/query`) a diagnosis sends; `wrap` for runtime.diagnoser."""
+    """Counts the PromQL queries (`/api/v1/query`) a diagnosis sends; `wrap` for compose.diagnoser."""
 
     def __init__(self) -> None:
         self.queries = 0

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from diagnosd.rulestest.openmetrics import Series, write
-from diagnosd.rulestest.server import LocalPrometheus, backfill
+from diagnosd.promlocal import LocalPrometheus, backfill
+from diagnosd.promlocal.openmetrics import Series, write
 
 REPO = Path(__file__).resolve().parent.parent
 RULES = REPO / "rules"

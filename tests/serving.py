@@ -20,12 +20,12 @@ import yaml
 from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
 
-from diagnosd import runtime
 from diagnosd.api import create_app
-from diagnosd.rulestest.openmetrics import Series, write
-from diagnosd.rulestest.server import LocalPrometheus, backfill, free_port, stop
-from diagnosd.services import Services
-from diagnosd.settings import Settings
+from diagnosd.daemon import compose
+from diagnosd.daemon.compose import Services
+from diagnosd.daemon.settings.model import Settings
+from diagnosd.promlocal import LocalPrometheus, backfill, free_port, stop
+from diagnosd.promlocal.openmetrics import Series, write
 
 RULES = Path(__file__).resolve().parent / "fixtures" / "daemon"
 # Webhook bodies captured from a real Alertmanager 0.25 (and examples in its shape).
@@ -94,12 +94,12 @@ def settings(prometheus_url: str, tmp_path: Path, **sections: Any) -> Settings:
     return Settings.model_validate(data)
 
 
-def build(config: Settings, clock: Callable[[], datetime] | None = None, **options: Any) -> runtime.Runtime:
-    return runtime.build(config, registry=CollectorRegistry(), clock=clock or (lambda: AT), **options)
+def build(config: Settings, clock: Callable[[], datetime] | None = None, **options: Any) -> compose.Runtime:
+    return compose.build(config, registry=CollectorRegistry(), clock=clock or (lambda: AT), **options)
 
 
 @asynccontextmanager
-async def serve(built: runtime.Runtime, token: str | None = None) -> AsyncIterator[tuple[httpx.AsyncClient, Services]]:
+async def serve(built: compose.Runtime, token: str | None = None) -> AsyncIterator[tuple[httpx.AsyncClient, Services]]:
     """The app in-process: lifespan run, an httpx client over ASGI (no socket), then shut down."""
     app = create_app(built)
     headers = {"Authorization": f"Bearer {token}"} if token else {}

@@ -22,8 +22,7 @@ from diagnosd.api import errors
 from diagnosd.api.auth import Credentials
 from diagnosd.api.limits import BodyLimit, Scope
 from diagnosd.api.routes import diagnose, findings, health, metrics, symptoms, triage, webhook
-from diagnosd.runtime import Runtime
-from diagnosd.services import open_services
+from diagnosd.daemon.compose import Runtime, open_services
 
 DESCRIPTION = """diagnosd walks LLM-serving troubleshooting trees against Prometheus and says which
 branch holds, with the evidence. Findings come from scheduler rounds and Alertmanager alerts."""

@@ -11,8 +11,8 @@ import hashlib
 import hmac
 from dataclasses import dataclass
 
+from diagnosd.daemon.settings.model import AuthSettings
 from diagnosd.errors import Unauthorized
-from diagnosd.settings import AuthSettings
 
 
 def _digest(value: str | bytes) -> bytes:

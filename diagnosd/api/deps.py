@@ -11,10 +11,10 @@ from typing import Annotated
 from fastapi import Depends, Header, Path, Query, Request
 
 from diagnosd.api.auth import Credentials
+from diagnosd.daemon.compose import Services
 from diagnosd.engine import Scope
 from diagnosd.errors import RequestError
 from diagnosd.moments import parse_moment
-from diagnosd.services import Services
 from diagnosd.trees import Tree
 
 # Query parameters of /diagnose that are not scope labels; `match=LABEL=VALUE` scopes any label.

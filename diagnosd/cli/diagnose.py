@@ -8,7 +8,6 @@ import json
 import sys
 from typing import Any
 
-from diagnosd import runtime
 from diagnosd.cli.exits import EXIT_OK
 from diagnosd.cli.options import (
     config,
@@ -20,6 +19,7 @@ from diagnosd.cli.options import (
     topology,
     topology_options,
 )
+from diagnosd.daemon import compose
 from diagnosd.engine import Scope
 from diagnosd.errors import UnknownSymptom
 from diagnosd.findings.lifecycle import Trigger
@@ -50,7 +50,7 @@ def register(commands: Any) -> None:
 
 
 def symptoms(args: argparse.Namespace) -> int:
-    trees = runtime.load(args.rules).ruleset.trees.values()
+    trees = compose.load(args.rules).ruleset.trees.values()
     if args.format == "json":
         rows = [{"id": t.id, "title": render_json.text(t.title), "target": t.target} for t in trees]
         print(json.dumps(rows, ensure_ascii=False, indent=2))
@@ -61,16 +61,16 @@ def symptoms(args: argparse.Namespace) -> int:
 
 
 def diagnose(args: argparse.Namespace) -> int:
-    return asyncio.run(_diagnose(runtime.load(args.rules), args))
+    return asyncio.run(_diagnose(compose.load(args.rules), args))
 
 
-async def _diagnose(rules: runtime.Rules, args: argparse.Namespace) -> int:
+async def _diagnose(rules: compose.Rules, args: argparse.Namespace) -> int:
     tree = rules.ruleset.tree(args.symptom)
     if tree is None:
         raise UnknownSymptom(args.symptom, list(rules.ruleset.trees))
     scope = Scope.parse(args.match)
     overrides = dict(pair(item, "--param") for item in args.param)
-    async with runtime.diagnoser(
+    async with compose.diagnoser(
         config(args), rules, params={tree.id: overrides}, topology=topology(args)
     ) as diagnoser:
         looked = await diagnoser.diagnose(tree, scope, args.at, Trigger.CLI)

@@ -9,9 +9,9 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 from pydantic import ValidationError
 
+from diagnosd.daemon.settings.model import PrometheusSettings, TopologySettings
 from diagnosd.errors import UsageError
 from diagnosd.moments import parse_moment
-from diagnosd.settings import PrometheusSettings, TopologySettings
 from diagnosd.sources import PrometheusConfig
 from diagnosd.topology import Topology
 

@@ -10,9 +10,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from diagnosd import runtime
 from diagnosd.cli.exits import EXIT_OK, EXIT_RULES
 from diagnosd.cli.options import config, prometheus_options, prometheus_url, rules_dir
+from diagnosd.daemon import compose
 from diagnosd.engine import coverage as engine_coverage
 from diagnosd.generate import alertrules, catalogdoc
 
@@ -50,14 +50,14 @@ def register(commands: Any) -> None:
 
 
 def rules_command(args: argparse.Namespace) -> int:
-    directory = args.dir or args.rules or runtime.default_rules_dir()
+    directory = args.dir or args.rules or compose.default_rules_dir()
     if args.rules_command == "validate":
-        rules = runtime.load(directory)
+        rules = compose.load(directory)
         count = len(rules.ruleset.trees)
         print(f"{directory}: {count} trees valid")
         return EXIT_OK
     if args.rules_command in ("catalog", "alerts"):
-        rules = runtime.load(directory)
+        rules = compose.load(directory)
         if args.rules_command == "catalog":
             text = catalogdoc.render(rules.ruleset)
         else:
@@ -68,17 +68,17 @@ def rules_command(args: argparse.Namespace) -> int:
             print(text, end="")
         return EXIT_OK
     if args.rules_command == "coverage":
-        return asyncio.run(coverage(runtime.load(directory), args))
+        return asyncio.run(coverage(compose.load(directory), args))
     from diagnosd.rulestest.runner import run_tests
 
     return EXIT_OK if run_tests(directory, args) else EXIT_RULES
 
 
-async def coverage(rules: runtime.Rules, args: argparse.Namespace) -> int:
+async def coverage(rules: compose.Rules, args: argparse.Namespace) -> int:
     trees = list(rules.ruleset.trees.values())
     wanted = set().union(*(engine_coverage.candidates(t, rules.aliases) for t in trees))
     end = datetime.now(UTC)
-    async with runtime.diagnoser(config(args), rules) as diagnoser:
+    async with compose.diagnoser(config(args), rules) as diagnoser:
         present = await diagnoser.source.metric_names(wanted, end - timedelta(hours=args.lookback), end)
     rows = [row for tree in trees for row in engine_coverage.tree_coverage(tree, rules.aliases, present)]
     if args.format == "json":

@@ -10,10 +10,10 @@ import os
 from pathlib import Path
 from typing import Any
 
-from diagnosd import runtime
+from diagnosd.daemon import compose
+from diagnosd.daemon.settings.loader import dumps, load_settings
+from diagnosd.daemon.settings.model import Settings
 from diagnosd.findings.store import Store
-from diagnosd.settings import Settings
-from diagnosd.settings_loader import dumps, load_settings
 
 log = logging.getLogger("diagnosd")
 
@@ -39,7 +39,7 @@ def register(commands: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     settings = load_settings(args.config, os.environ, _overrides(args))
     _logging(settings)
-    built = runtime.build(settings)
+    built = compose.build(settings)
     Store.open(settings.store.path).close()  # a store that cannot be opened stops us here, clearly
     if args.check:
         print(dumps(settings))
@@ -66,7 +66,7 @@ def _logging(settings: Settings) -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
-def _serve(built: runtime.Runtime) -> None:
+def _serve(built: compose.Runtime) -> None:
     import uvicorn
 
     from diagnosd.api import create_app

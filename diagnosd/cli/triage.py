@@ -35,7 +35,6 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from diagnosd import runtime
 from diagnosd.cli.exits import EXIT_FOUND, EXIT_INTERRUPTED, EXIT_OK, EXIT_SOURCE
 from diagnosd.cli.options import (
     config,
@@ -46,11 +45,12 @@ from diagnosd.cli.options import (
     topology,
     topology_options,
 )
+from diagnosd.daemon import compose
 from diagnosd.engine import Scope
 from diagnosd.errors import ServerError, SourceError, UsageError
 from diagnosd.findings.triage import Board
+from diagnosd.promlocal import LocalPrometheus
 from diagnosd.render import triage as render_triage
-from diagnosd.rulestest.server import LocalPrometheus
 from diagnosd.sources import PrometheusConfig
 
 WATCH_JOB = "diagnosd-watch"
@@ -145,7 +145,7 @@ def _seconds(text: str) -> float:
 
 
 def run(args: argparse.Namespace) -> int:
-    rules = runtime.load(args.rules)
+    rules = compose.load(args.rules)
     board = asyncio.run(_board(config(args), rules, Scope.parse(args.match), args))
     if args.format == "json":
         print(json.dumps(render_triage.board(board), ensure_ascii=False, indent=2))
@@ -160,8 +160,8 @@ def status(board: Board) -> int:
     return EXIT_SOURCE if board.blind else EXIT_OK
 
 
-async def _board(config: PrometheusConfig, rules: runtime.Rules, scope: Scope, args: argparse.Namespace) -> Board:
-    async with runtime.diagnoser(config, rules, topology=topology(args)) as diagnoser:
+async def _board(config: PrometheusConfig, rules: compose.Rules, scope: Scope, args: argparse.Namespace) -> Board:
+    async with compose.diagnoser(config, rules, topology=topology(args)) as diagnoser:
         return await diagnoser.triage(scope, getattr(args, "at", None))
 
 
@@ -243,7 +243,7 @@ def _signals() -> Iterator[None]:
 
 def watch(args: argparse.Namespace) -> int:
     endpoints = [endpoint(url) for url in args.scrape]
-    rules = runtime.load(args.rules)
+    rules = compose.load(args.rules)
     code = EXIT_OK
     with _signals(), ExitStack() as stack:
         try:
@@ -285,7 +285,7 @@ def watch(args: argparse.Namespace) -> int:
     return code
 
 
-def _watch(url: str, rules: runtime.Rules, args: argparse.Namespace) -> int:
+def _watch(url: str, rules: compose.Rules, args: argparse.Namespace) -> int:
     config = PrometheusConfig(url=url, timeout=10.0)
     tty = sys.stdout.isatty()
     while True:
@@ -304,9 +304,9 @@ def _watch(url: str, rules: runtime.Rules, args: argparse.Namespace) -> int:
         time.sleep(args.interval)
 
 
-async def _round(config: PrometheusConfig, rules: runtime.Rules, args: argparse.Namespace) -> tuple[Board, str]:
+async def _round(config: PrometheusConfig, rules: compose.Rules, args: argparse.Namespace) -> tuple[Board, str]:
     """One board, and one line saying which endpoints the last scrape reached (a wrong port shows here)."""
-    async with runtime.diagnoser(config, rules, topology=topology(args)) as diagnoser:
+    async with compose.diagnoser(config, rules, topology=topology(args)) as diagnoser:
         board = await diagnoser.triage(Scope(), None, history_start=args.history_start)
         up = await diagnoser.source.query(f'up{{job=~"{WATCH_JOB}.*"}}', board.evaluated_at)
     states = sorted((s.labels.get("instance", "?"), s.value == 1) for s in up)

@@ -18,15 +18,15 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
-from diagnosd import runtime
-from diagnosd.diagnoser import Diagnoser
+from diagnosd.daemon import compose
+from diagnosd.daemon.diagnoser import Diagnoser
 from diagnosd.engine import Scope
 from diagnosd.errors import DiagnosdError, NotationError
 from diagnosd.findings.lifecycle import Trigger
 from diagnosd.findings.model import Diagnosis, Evidence, TargetDiagnosis
+from diagnosd.promlocal import LocalPrometheus, backfill
+from diagnosd.promlocal.openmetrics import Series, write
 from diagnosd.rulestest import notation
-from diagnosd.rulestest.openmetrics import Series, write
-from diagnosd.rulestest.server import LocalPrometheus, backfill
 from diagnosd.rulestest.spec import Case, Expectation, TestFile
 from diagnosd.sources import PrometheusConfig
 from diagnosd.trees.model import Tree
@@ -69,7 +69,7 @@ def run_tests(directory: Path, args: argparse.Namespace) -> bool:
 def collect(
     directory: Path, only: Sequence[str] = (), prometheus: str = "prometheus", promtool: str = "promtool"
 ) -> list[CaseResult]:
-    rules = runtime.load(directory)
+    rules = compose.load(directory)
     trees = [t for t in rules.ruleset.trees.values() if not only or t.id in only]
     results: list[CaseResult] = []
     loaded: list[Loaded] = []
@@ -122,10 +122,10 @@ def _series(loaded: list[Loaded]) -> tuple[list[Series], list[CaseResult]]:
     return out, problems
 
 
-async def _evaluate(url: str, rules: runtime.Rules, loaded: list[Loaded]) -> list[CaseResult]:
+async def _evaluate(url: str, rules: compose.Rules, loaded: list[Loaded]) -> list[CaseResult]:
     config = PrometheusConfig(url=url, timeout=30.0)
     limit = asyncio.Semaphore(4)
-    async with runtime.diagnoser(config, rules, strict_labels=[ISOLATION_LABEL]) as diagnoser:
+    async with compose.diagnoser(config, rules, strict_labels=[ISOLATION_LABEL]) as diagnoser:
 
         async def one(item: Loaded) -> CaseResult:
             async with limit:

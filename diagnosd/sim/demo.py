@@ -30,9 +30,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from diagnosd.rulestest.server import LocalPrometheus, free_port, stop
+from diagnosd.promlocal import LocalPrometheus, backfill, free_port, stop
 from diagnosd.sim import history
-from diagnosd.sim.backfill import backfill
 from diagnosd.sim.scenario import Scenario
 from diagnosd.sim.server import MetricsServer
 from diagnosd.sim.simulator import HISTORY, Simulator

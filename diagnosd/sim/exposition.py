@@ -8,12 +8,11 @@ keep their colons unless a pod is configured to show that very bug (`underscore:
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from enum import StrEnum
 from functools import lru_cache
-from typing import TextIO
 
 Labels = tuple[tuple[str, str], ...]
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -139,37 +138,6 @@ def text(families: Iterable[Family]) -> str:
         fmt = family.fmt
         out.extend(f"{s.name}{render_labels(s.labels)} {number(s.value, fmt)}\n" for s in family.samples)
     return "".join(out)
-
-
-def write_openmetrics(
-    out: TextIO, series: Mapping[tuple[str, Labels], tuple[Sequence[float], Sequence[float]]], *, end: bool = True
-) -> int:
-    """Series as OpenMetrics with timestamps (seconds), grouped by sample name; returns samples written.
-
-    No # TYPE lines: promtool accepts untyped samples, and backfilled series keep no metadata anyway.
-    """
-    by_name: dict[str, list[tuple[Labels, tuple[Sequence[float], Sequence[float]]]]] = {}
-    for (name, labels), points in series.items():
-        by_name.setdefault(name, []).append((labels, points))
-    written = 0
-    stamps: dict[float, str] = {}
-    for name in sorted(by_name):
-        for labels, (times, values) in by_name[name]:
-            head = name + render_labels(labels) + " "
-            for t in times:
-                if t not in stamps:
-                    stamps[t] = f" {t:.3f}\n"
-            # repr() is exact and promtool reads it; only non-finite values need OpenMetrics spelling.
-            out.write(
-                "".join(
-                    head + (repr(v) if math.isfinite(v) else go_float(v)) + stamps[t]
-                    for t, v in zip(times, values, strict=True)
-                )
-            )
-            written += len(times)
-    if end:
-        out.write("# EOF\n")
-    return written
 
 
 SUFFIXES = ("", "_bucket", "_count", "_sum", "_total", "_created")

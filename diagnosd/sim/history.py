@@ -7,11 +7,12 @@ holds exactly the series a live server continuing the same run serves from the a
 from __future__ import annotations
 
 from array import array
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 
+from diagnosd.promlocal import openmetrics
 from diagnosd.sim import exporters
-from diagnosd.sim.exposition import Labels, write_openmetrics
+from diagnosd.sim.exposition import Labels
 from diagnosd.sim.simulator import Simulator
 
 Series = dict[tuple[str, Labels], "tuple[array[float], array[float]]"]
@@ -67,4 +68,10 @@ def write(path: Path, sim: Simulator, *, names: Collection[str] | None = None, e
     """Run `sim` up to its anchor writing the history to `path`; returns the samples written."""
     series = collect(sim, names=names, extra=extra)
     with path.open("w", encoding="utf-8") as out:
-        return write_openmetrics(out, series)
+        return openmetrics.write(out, as_series(series))
+
+
+def as_series(series: Series) -> Iterator[openmetrics.Series]:
+    """The collected columns as the OpenMetrics writer's series."""
+    for (name, labels), (times, values) in series.items():
+        yield openmetrics.Series(name, labels, zip(times, values, strict=True))

@@ -22,8 +22,8 @@ RULES_PACKAGE = "diagnosd.rules"
 def rules_dir_variable(environ: Mapping[str, str]) -> Path | None:
     """$DIAGNOSD_RULES_DIR, or None when it is unset or empty.
 
-    Its one reader: the command line (runtime.default_rules_dir) and the daemon's settings
-    (settings_loader) both ask here, so they agree.
+    Its one reader: the command line (daemon.compose.default_rules_dir) and the daemon's settings
+    (daemon.settings.loader) both ask here, so they agree.
     """
     value = environ.get(RULES_ENV, "")
     return Path(value) if value else None

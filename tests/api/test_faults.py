@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from diagnosd.rulestest.server import free_port
+from diagnosd.promlocal import free_port
 from tests.api.faults import forwarding, mock_source
 from tests.serving import AT, build, counted, sample, serve, settings
 

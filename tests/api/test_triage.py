@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from diagnosd.api.routes.triage import TriageOut
-from diagnosd.rulestest.server import free_port
+from diagnosd.promlocal import free_port
 from tests.serving import AT, build, counted, serve, settings
 
 

@@ -16,8 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from diagnosd.runtime import Runtime
-from diagnosd.services import Services
+from diagnosd.daemon.compose import Runtime, Services
 from tests.api.faults import forwarding, mock_source
 from tests.serving import HOOK_TOKEN, TOKEN, build, counted, sample, serve, settings
 

@@ -11,8 +11,8 @@ import subprocess
 import pytest
 import yaml
 
-from diagnosd import runtime
 from diagnosd.cli.main import parser
+from diagnosd.daemon import compose
 from diagnosd.generate import alertrules
 from tests.deploy import chart
 
@@ -27,18 +27,18 @@ def tool(name: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def rules() -> runtime.Rules:
+def rules() -> compose.Rules:
     """The shipped trees (loading them takes a while: once for the module)."""
-    return runtime.load(runtime.default_rules_dir())
+    return compose.load(compose.default_rules_dir())
 
 
-def test_symptom_alerts_are_what_the_shipped_rules_generate(rules: runtime.Rules) -> None:
+def test_symptom_alerts_are_what_the_shipped_rules_generate(rules: compose.Rules) -> None:
     hold = parser().parse_args(["rules", "alerts"]).hold  # the CLI's default `for`
     expected = alertrules.rule_file(list(rules.ruleset.trees.values()), rules.aliases, hold)
     assert chart.ALERT_RULES.read_text() == expected, f"stale: regenerate with `{REGENERATE}`"
 
 
-def test_promtool_accepts_the_symptom_alerts(rules: runtime.Rules) -> None:
+def test_promtool_accepts_the_symptom_alerts(rules: compose.Rules) -> None:
     done = subprocess.run(
         [tool("promtool"), "check", "rules", str(chart.ALERT_RULES)], capture_output=True, text=True, timeout=60
     )
@@ -46,7 +46,7 @@ def test_promtool_accepts_the_symptom_alerts(rules: runtime.Rules) -> None:
     assert f"SUCCESS: {len(rules.ruleset.trees)} rules found" in done.stdout
 
 
-def test_every_symptom_alert_names_its_tree(rules: runtime.Rules) -> None:
+def test_every_symptom_alert_names_its_tree(rules: compose.Rules) -> None:
     trees = set(rules.ruleset.trees)
     (group,) = yaml.safe_load(chart.ALERT_RULES.read_text())["groups"]
     assert {rule["labels"]["symptom"] for rule in group["rules"]} == trees

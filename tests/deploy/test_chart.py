@@ -9,10 +9,11 @@ from typing import Any
 
 import yaml
 
-from diagnosd import __version__, runtime
+from diagnosd import __version__
 from diagnosd.api import create_app
-from diagnosd.settings import Settings
-from diagnosd.settings_loader import env_names
+from diagnosd.daemon import compose
+from diagnosd.daemon.settings.loader import env_names
+from diagnosd.daemon.settings.model import Settings
 from tests.conftest import REPO
 from tests.deploy import chart
 
@@ -82,7 +83,7 @@ def test_every_path_the_chart_points_at_is_a_route_of_the_app() -> None:
     used = {m.group(1) for text in texts for m in re.finditer(r"(?:path: |:8080)(/[a-z0-9/_<>]+)", text)}
     assert {"/healthz", "/readyz", "/metrics", "/webhook/alertmanager", "/findings", "/diagnose/ttft_high"} <= used
     settings = Settings.model_validate({"prometheus": {"url": "http://prometheus:9090"}})
-    routes = list(create_app(runtime.build(settings)).openapi()["paths"])
+    routes = list(create_app(compose.build(settings)).openapi()["paths"])
     patterns = [re.compile(re.sub(r"\\{[^}]+\\}", "[^/]+", re.escape(r)) + "$") for r in routes]
     unknown = sorted(p for p in used if not any(x.match(p) for x in patterns))
     assert unknown == [], f"not routes of the app ({routes})"

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from diagnosd.settings_loader import env_names
+from diagnosd.daemon.settings.loader import env_names
 from tests.deploy import chart, dockerfile
 
 MINIMAL: dict[str, Any] = {

@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import yaml
 
-from diagnosd.rulestest.server import free_port, stop
+from diagnosd.promlocal import free_port, stop
 from tests.conftest import StartPrometheus
 from tests.deploy import chart, pod
 from tests.serving import run_alertmanager, wait_until

@@ -16,8 +16,8 @@ import pytest
 from diagnosd import __version__
 from diagnosd.cli import serve
 from diagnosd.cli.main import parser
-from diagnosd.settings import ServerSettings, StoreSettings
-from diagnosd.settings_loader import env_names
+from diagnosd.daemon.settings.loader import env_names
+from diagnosd.daemon.settings.model import ServerSettings, StoreSettings
 from diagnosd.trees import location
 from tests.conftest import REPO
 from tests.deploy import chart, dockerfile

@@ -16,7 +16,7 @@ from diagnosd.engine.evaluator import Evaluator
 from diagnosd.engine.rewrite import ScopeMatcher, rewrite
 from diagnosd.engine.scope import Scope
 from diagnosd.errors import ScopeError
-from diagnosd.rulestest.openmetrics import Series
+from diagnosd.promlocal.openmetrics import Series
 from diagnosd.trees.aliases import Aliases, AliasGroup
 from tests.conftest import StartPrometheus
 from tests.engine.fakes import FakeSource

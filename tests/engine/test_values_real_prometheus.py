@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 from diagnosd.engine import Evaluator
 from diagnosd.findings import Reason, Verdict
-from diagnosd.rulestest.openmetrics import Series
+from diagnosd.promlocal.openmetrics import Series
 from diagnosd.sources import PrometheusConfig, PrometheusSource
 from diagnosd.trees.model import Tree
 from tests.conftest import StartPrometheus

@@ -11,16 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from diagnosd import runtime
+from diagnosd.daemon import compose
 from diagnosd.generate.alertrules import expression, rule_file
-from diagnosd.rulestest.openmetrics import Series
+from diagnosd.promlocal.openmetrics import Series
 from tests.conftest import REPO, RULES, StartPrometheus
 
 FIXTURE = REPO / "tests" / "fixtures" / "rules"
 
 
 def test_shipped_trees_give_rules_promtool_accepts(tmp_path: Path) -> None:
-    rules = runtime.load(RULES)
+    rules = compose.load(RULES)
     path = tmp_path / "alerts.yml"
     path.write_text(rule_file(list(rules.ruleset.trees.values()), rules.aliases))
     done = subprocess.run(["promtool", "check", "rules", str(path)], capture_output=True, text=True, check=False)
@@ -29,7 +29,7 @@ def test_shipped_trees_give_rules_promtool_accepts(tmp_path: Path) -> None:
 
 
 def test_baseline_becomes_offset_and_names_match_every_spelling() -> None:
-    rules = runtime.load(FIXTURE)
+    rules = compose.load(FIXTURE)
     tree = rules.ruleset.trees["queue_backlog"].model_copy(
         update={
             "detect": rules.ruleset.trees["queue_backlog"].detect.model_copy(
@@ -61,7 +61,7 @@ def test_baseline_becomes_offset_and_names_match_every_spelling() -> None:
 def test_a_real_prometheus_fires_the_symptom_alert(
     names: list[str], tmp_path: Path, start_prometheus: StartPrometheus
 ) -> None:
-    rules = runtime.load(FIXTURE)
+    rules = compose.load(FIXTURE)
     path = tmp_path / "alerts.yml"
     path.write_text(rule_file(list(rules.ruleset.trees.values()), rules.aliases, hold="0s"))
     now = datetime.now(UTC).timestamp()
@@ -87,7 +87,7 @@ def test_a_real_prometheus_fires_the_symptom_alert(
 
 
 def test_all_and_any_become_and_and_or_of_the_conditions() -> None:
-    rules = runtime.load(RULES)
+    rules = compose.load(RULES)
     expr = expression(rules.ruleset.trees["gpu_underutilized"], rules.aliases)
     gpu, slow = expr.split(" and on (namespace, pod) ")
     assert "DCGM_FI_DEV_GPU_UTIL" in gpu
@@ -100,7 +100,7 @@ def test_all_and_any_become_and_and_or_of_the_conditions() -> None:
 
 
 def test_a_sustained_detect_alerts_on_its_quantile() -> None:
-    rules = runtime.load(RULES)
+    rules = compose.load(RULES)
     expr = expression(rules.ruleset.trees["queue_backlog"], rules.aliases)
     assert expr.startswith("(quantile_over_time(0.2, ")
     assert "[5m:1m]" in expr

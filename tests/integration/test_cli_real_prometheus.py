@@ -10,7 +10,7 @@ import pytest
 
 from diagnosd.cli import main
 from diagnosd.engine.rewrite import REGEX_SPECIAL
-from diagnosd.rulestest.openmetrics import Series
+from diagnosd.promlocal.openmetrics import Series
 from tests.conftest import REPO, StartPrometheus
 
 RULES = str(REPO / "tests" / "fixtures" / "rules")
@@ -109,7 +109,7 @@ def test_hostile_scope_cannot_change_the_query(
 
 
 def test_unreachable_prometheus_exits_3(capsys: pytest.CaptureFixture[str]) -> None:
-    from diagnosd.rulestest.server import free_port
+    from diagnosd.promlocal import free_port
 
     assert main(diagnose(f"http://127.0.0.1:{free_port()}", "--timeout", "2")) == 3
     assert "Prometheus could not be used: cannot reach Prometheus" in capsys.readouterr().err

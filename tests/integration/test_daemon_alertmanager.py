@@ -12,8 +12,8 @@ from typing import Any
 import httpx
 
 from diagnosd.api import create_app
-from diagnosd.rulestest.openmetrics import write
-from diagnosd.rulestest.server import LocalPrometheus, backfill, free_port
+from diagnosd.promlocal import LocalPrometheus, backfill, free_port
+from diagnosd.promlocal.openmetrics import write
 from tests.serving import HOOK_TOKEN, TOKEN, ThreadedServer, alertmanager, build, fleet, settings, wait_until
 
 ALERT = {

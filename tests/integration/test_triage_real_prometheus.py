@@ -9,8 +9,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from diagnosd.cli import main
-from diagnosd.rulestest.openmetrics import Series
-from diagnosd.rulestest.server import free_port
+from diagnosd.promlocal import free_port
+from diagnosd.promlocal.openmetrics import Series
 from tests.conftest import StartPrometheus
 
 AT = datetime(2026, 2, 1, 12, tzinfo=UTC)

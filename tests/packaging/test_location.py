@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from diagnosd import runtime
-from diagnosd.settings_loader import load_settings
+from diagnosd.daemon import compose
+from diagnosd.daemon.settings.loader import load_settings
 from diagnosd.trees import load_rules, location
 from tests.conftest import REPO, RULES
 
@@ -20,14 +20,14 @@ PROMETHEUS = {"DIAGNOSD_PROMETHEUS_URL": "http://127.0.0.1:9090"}
 def test_from_the_checkout_the_shipped_trees_are_its_rules_directory(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(location.RULES_ENV, raising=False)
     assert location.shipped_rules_dir().resolve() == RULES.resolve()
-    assert runtime.default_rules_dir() == location.shipped_rules_dir()
+    assert compose.default_rules_dir() == location.shipped_rules_dir()
 
 
 def test_the_variable_wins_and_empty_means_unset(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv(location.RULES_ENV, str(tmp_path))
-    assert runtime.default_rules_dir() == tmp_path
+    assert compose.default_rules_dir() == tmp_path
     monkeypatch.setenv(location.RULES_ENV, "")
-    assert runtime.default_rules_dir() == location.shipped_rules_dir()
+    assert compose.default_rules_dir() == location.shipped_rules_dir()
     assert location.rules_dir_variable({}) is None
 
 

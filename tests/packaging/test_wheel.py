@@ -21,9 +21,10 @@ from pathlib import Path
 
 import pytest
 
-from diagnosd import __version__, runtime
-from diagnosd.rulestest.openmetrics import Series
-from diagnosd.rulestest.server import free_port
+from diagnosd import __version__
+from diagnosd.daemon import compose
+from diagnosd.promlocal import free_port
+from diagnosd.promlocal.openmetrics import Series
 from tests.conftest import REPO, RULES, StartPrometheus
 from tests.deploy import dockerfile
 
@@ -143,7 +144,7 @@ def test_version(installed: Installed) -> None:
 
 
 def test_symptoms_lists_every_shipped_tree(installed: Installed) -> None:
-    expected = list(runtime.load(RULES).ruleset.trees)
+    expected = list(compose.load(RULES).ruleset.trees)
     assert len(expected) == 20
     done = installed.run("symptoms", "--format", "json")
     assert done.returncode == 0, done.stderr

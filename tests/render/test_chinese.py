@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from diagnosd import runtime
+from diagnosd.daemon import compose
 from diagnosd.engine.evaluator import Evaluator
 from diagnosd.findings.model import Diagnosis
 from diagnosd.render.text import render
@@ -25,7 +25,7 @@ from tests.engine.fakes import FakeSource
 
 AT = datetime(2026, 3, 1, 12, tzinfo=UTC)
 NAN = float("nan")
-TREES = sorted(runtime.load(RULES).ruleset.trees.values(), key=lambda t: t.id)
+TREES = sorted(compose.load(RULES).ruleset.trees.values(), key=lambda t: t.id)
 
 # Names of products and hardware a Chinese SRE writes as they are.
 PROPER = {

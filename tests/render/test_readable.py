@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from diagnosd import runtime
+from diagnosd.daemon import compose
 from diagnosd.findings import CheckResult, Diagnosis, Evidence, NodeKind, Reason, TargetDiagnosis, Verdict
 from diagnosd.render import units
 from diagnosd.render.text import describe, fmt, render
@@ -95,7 +95,7 @@ def test_numbers_are_human_and_never_in_exponent_form() -> None:
 
 def test_every_unit_in_the_shipped_rules_is_one_the_renderer_knows() -> None:
     used = set()
-    for tree in runtime.load(RULES).ruleset.trees.values():
+    for tree in compose.load(RULES).ruleset.trees.values():
         used.add((tree.id, tree.detect.unit))
         for node, _ in walk(list(tree.nodes)):
             if isinstance(node, CheckNode):

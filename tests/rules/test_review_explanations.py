@@ -25,7 +25,7 @@ import yaml
 
 from diagnosd.engine.walk import rank
 from diagnosd.findings.model import Evidence, RootCause
-from diagnosd.rulestest.openmetrics import Series
+from diagnosd.promlocal.openmetrics import Series
 from diagnosd.rulestest.runner import CaseResult, collect
 from diagnosd.trees import load_rules, walk
 from diagnosd.trees.model import Conclusion, Severity, Text, Tree

@@ -7,7 +7,7 @@ scenario's expectation really holds on a real Prometheus.
 
 from __future__ import annotations
 
-from diagnosd import runtime
+from diagnosd.daemon import compose
 from diagnosd.sim import scenario
 from diagnosd.trees.model import CheckNode, walk
 
@@ -16,7 +16,7 @@ def data_decided() -> set[tuple[str, str]]:
     """(tree, cause) for every check node of the shipped rules that concludes a cause."""
     return {
         (tree.id, node.conclusion.cause)
-        for tree in runtime.load().ruleset.trees.values()
+        for tree in compose.load().ruleset.trees.values()
         for node, _ in walk(list(tree.nodes))
         if isinstance(node, CheckNode) and node.conclusion is not None
     }

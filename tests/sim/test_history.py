@@ -10,9 +10,8 @@ import httpx
 import pytest
 
 from diagnosd.cli import main
-from diagnosd.rulestest.server import LocalPrometheus
+from diagnosd.promlocal import LocalPrometheus, backfill
 from diagnosd.sim import scenario
-from diagnosd.sim.backfill import backfill
 from diagnosd.sim.demo import scrape_config
 from diagnosd.sim.server import MetricsServer
 from diagnosd.sim.simulator import Simulator

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import httpx
 
-from diagnosd.rulestest.server import free_port
+from diagnosd.promlocal import free_port
 
 
 def _read_until(process: subprocess.Popen[str], marker: str, timeout: float) -> str:

@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from diagnosd.rulestest.server import LocalPrometheus
+from diagnosd.promlocal import LocalPrometheus
 from diagnosd.sim import scenario
 from diagnosd.sim.demo import scrape_config
 from diagnosd.sim.server import MetricsServer

@@ -12,7 +12,7 @@ import pytest
 from diagnosd.engine import Evaluator, Scope
 from diagnosd.findings import Verdict
 from diagnosd.findings.model import CheckResult, Diagnosis
-from diagnosd.rulestest.openmetrics import Series
+from diagnosd.promlocal.openmetrics import Series
 from diagnosd.sources import PrometheusConfig, PrometheusSource
 from diagnosd.topology import Topology
 from diagnosd.trees.model import Tree

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from diagnosd import runtime
+from diagnosd.daemon import compose
 from diagnosd.trees import promql
 from diagnosd.trees.model import queries
 from diagnosd.trees.semantics import bool_arithmetic
@@ -40,7 +40,7 @@ def test_counts_joins_and_plain_values_pass(query: str) -> None:
 
 
 def test_no_shipped_rule_folds_a_bool_into_a_judged_value() -> None:
-    rules = runtime.load(RULES)
+    rules = compose.load(RULES)
     found = []
     for tree in rules.ruleset.trees.values():
         values = {name: p.default for name, p in tree.params.items()}

@@ -13,11 +13,11 @@ from fastapi import APIRouter, Depends, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 
-from diagnosd import alerts
 from diagnosd.api.deps import ServicesDep, require_webhook
 from diagnosd.api.schemas import ErrorOut, ReceiptOut, SkippedOut
+from diagnosd.daemon.alertmanager import payload as alerts
+from diagnosd.daemon.alertmanager.inbox import Offer
 from diagnosd.errors import QueueFull, Unauthorized
-from diagnosd.inbox import Offer
 from diagnosd.sinks.metrics import Metrics
 
 log = logging.getLogger(__name__)

@@ -5,10 +5,10 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import cast
 
-from diagnosd import runtime
+from diagnosd.daemon import compose
+from diagnosd.drills.verify import judge, trees_for
 from diagnosd.findings.model import Diagnosis
 from diagnosd.sim import scenario
-from diagnosd.sim.verify import _trees, judge
 from tests.sim.conftest import ANCHOR
 
 
@@ -24,18 +24,18 @@ def test_the_field_defaults_to_off_and_parses() -> None:
 
 
 def test_quiet_elsewhere_judges_every_tree_not_only_the_expected_ones() -> None:
-    rules = runtime.load()
+    rules = compose.load()
     every = set(rules.ruleset.trees)
     loud = scenario.load("system_prompt_dynamic")
-    assert {t.id for t in _trees(loud, rules)} == {e.symptom for e in loud.expect}
+    assert {t.id for t in trees_for(loud, rules)} == {e.symptom for e in loud.expect}
     quiet = scenario.load("healthy_dynamic_prompt")
-    assert {t.id for t in _trees(quiet, rules)} == every
+    assert {t.id for t in trees_for(quiet, rules)} == every
     switched = loud.model_copy(update={"quiet_elsewhere": True})
-    assert {t.id for t in _trees(switched, rules)} == every
+    assert {t.id for t in trees_for(switched, rules)} == every
 
 
 def test_a_symptom_on_a_tree_it_expects_nothing_of_fails_the_scenario() -> None:
-    rules = runtime.load()
+    rules = compose.load()
     quiet = scenario.load("healthy_dynamic_prompt")
     tree = rules.ruleset.tree("ttft_high")
     assert tree is not None

@@ -1,27 +1,38 @@
-"""The composition root: builds rules, sources and the engine from settings. Nothing at import time."""
+"""The one composition root: builds rules, sources and the engine from settings (`build`, what
+`serve --check` stops at) and opens the daemon's live parts from it (`open_services`), closed in
+reverse order; the API's lifespan holds them for exactly as long as the app serves. The command
+line's Diagnoser (`diagnoser`) is built here too. Nothing happens at import time."""
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
-from diagnosd.diagnoser import Diagnoser
+from diagnosd.daemon.alertmanager.inbox import Inbox
+from diagnosd.daemon.diagnoser import Diagnoser
+from diagnosd.daemon.scheduler import Scheduler
+from diagnosd.daemon.settings import Settings
 from diagnosd.engine.params import effective
 from diagnosd.errors import ParamError, Problem, SettingsError
+from diagnosd.findings.store import Store
+from diagnosd.findings.tracker import Tracker
 from diagnosd.moments import utc_now
-from diagnosd.settings import Settings
+from diagnosd.sinks.metrics import FindingsCollector, Metrics
 from diagnosd.sources import PrometheusConfig, PrometheusSource, QuerySource
 from diagnosd.topology import DEFAULT as DEFAULT_TOPOLOGY
 from diagnosd.topology import Topology
 from diagnosd.trees import RuleSet, load_rules
 from diagnosd.trees.aliases import Aliases, load_aliases
 from diagnosd.trees.location import rules_dir_variable, shipped_rules_dir
+
+log = logging.getLogger(__name__)
 
 
 def default_rules_dir() -> Path:
@@ -91,7 +102,7 @@ def build(
     source: SourceFactory | None = None,
 ) -> Runtime:
     """Load the rules and check the settings against them; raises RulesError or SettingsError."""
-    # The settings already hold $DIAGNOSD_RULES_DIR (settings_loader asks rules_dir_variable).
+    # The settings already hold $DIAGNOSD_RULES_DIR (the settings loader asks rules_dir_variable).
     rules = load(settings.rules_dir or shipped_rules_dir())
     problems = _cross_check(settings, rules)
     if problems:
@@ -139,3 +150,70 @@ def _cross_check(settings: Settings, rules: Rules) -> list[Problem]:
         except ParamError as error:
             problems.append(Problem("settings", None, f"params.{symptom}.{error.name}", error.reason))
     return problems
+
+
+@dataclass(frozen=True)
+class Services:
+    runtime: Runtime
+    source: QuerySource
+    store: Store
+    metrics: Metrics
+    tracker: Tracker
+    diagnoser: Diagnoser
+    inbox: Inbox
+    scheduler: Scheduler
+
+
+@asynccontextmanager
+async def open_services(runtime: Runtime) -> AsyncIterator[Services]:
+    settings = runtime.settings
+    async with AsyncExitStack() as stack:
+        source = await stack.enter_async_context(runtime.source())
+        store = Store.open(settings.store.path)
+        stack.callback(store.close)
+        metrics = Metrics(runtime.registry)
+        stack.callback(metrics.close)
+        metrics.trees.set(len(runtime.rules.ruleset.trees))
+        tracker = Tracker(store, metrics.transition)
+        metrics.attach(
+            FindingsCollector(
+                tracker.active,
+                lambda: tracker.states(runtime.clock(), settings.findings.state_ttl),
+                settings.metrics.max_series,
+                metrics.dropped,
+            )
+        )
+        diagnoser = Diagnoser(
+            source,
+            runtime.rules.ruleset,
+            runtime.rules.aliases,
+            metrics,
+            strict_labels=settings.prometheus.strict_labels,
+            params=settings.params,
+            topology=settings.topology.topology(),
+            clock=runtime.clock,
+        )
+        hook = settings.webhook
+        inbox = Inbox(
+            store,
+            tracker,
+            diagnoser,
+            metrics,
+            runtime.clock,
+            capacity=hook.queue_size,
+            workers=hook.workers,
+            max_attempts=hook.max_attempts,
+            retry_after=hook.retry_after,
+        )
+        await inbox.start()
+        stack.push_async_callback(inbox.stop)
+        scheduler = Scheduler(settings, diagnoser, tracker, store, inbox, metrics, runtime.clock)
+        scheduler.start()
+        stack.push_async_callback(scheduler.stop)
+        log.info(
+            "diagnosd ready: %d trees, %d active findings, store %s",
+            len(runtime.rules.ruleset.trees),
+            len(tracker.active()),
+            store.path,
+        )
+        yield Services(runtime, source, store, metrics, tracker, diagnoser, inbox, scheduler)

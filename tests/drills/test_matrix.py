@@ -17,9 +17,9 @@ import random
 
 import pytest
 
-from diagnosd import runtime
+from diagnosd.daemon import compose
+from diagnosd.drills.accuracy import Outcome, cases, run
 from diagnosd.sim import scenario
-from diagnosd.sim.accuracy import Outcome, cases, run
 from tests.sim.conftest import ANCHOR
 
 pytestmark = pytest.mark.slow
@@ -50,7 +50,7 @@ def _sample() -> list[str]:
 def outcomes() -> list[Outcome]:
     loaded = [scenario.load(name) for name in (*_sample(), *HEALTHY)]
     per = {s.name or "?": PER_HEALTHY if not s.expect else 1 for s in loaded}
-    return run(cases(loaded, per, seed=SEED, intervals=INTERVALS), runtime.load(), anchor=ANCHOR)
+    return run(cases(loaded, per, seed=SEED, intervals=INTERVALS), compose.load(), anchor=ANCHOR)
 
 
 def _where(o: Outcome) -> str:

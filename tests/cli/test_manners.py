@@ -15,7 +15,7 @@ from diagnosd.cli.exits import EXIT_PIPE, EXIT_SOURCE
 from diagnosd.cli.main import parser
 from diagnosd.cli.options import config
 from diagnosd.errors import UsageError
-from diagnosd.rulestest.server import free_port
+from diagnosd.promlocal import free_port
 from diagnosd.urls import redact, scrub
 from tests.conftest import REPO
 

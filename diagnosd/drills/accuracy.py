@@ -25,19 +25,18 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from diagnosd import runtime
+from diagnosd.daemon import compose
+from diagnosd.drills.verify import LABEL, judge, keep_for, names_for, trees_for
 from diagnosd.engine import Scope
 from diagnosd.findings.lifecycle import Trigger
 from diagnosd.findings.model import Diagnosis, TargetDiagnosis, Verdict
-from diagnosd.rulestest.server import LocalPrometheus
-from diagnosd.sim.backfill import backfill
+from diagnosd.promlocal import LocalPrometheus, backfill, openmetrics
 from diagnosd.sim.batch import Job, histories
-from diagnosd.sim.exposition import write_openmetrics
 from diagnosd.sim.fleet import layout
+from diagnosd.sim.history import as_series
 from diagnosd.sim.scenario import Expectation, Scenario
 from diagnosd.sim.simulator import current_names
 from diagnosd.sim.variations import Cluster, Mix, draw, relabel
-from diagnosd.sim.verify import LABEL, _keep, _names, _trees, judge
 from diagnosd.sources import PrometheusConfig
 from diagnosd.trees.model import CheckNode, Compare, Tree, leaves, walk
 
@@ -115,7 +114,7 @@ def _wrong(outcomes: list[Outcome]) -> list[Outcome]:
 
 def run(
     matrix: Sequence[Case],
-    rules: runtime.Rules,
+    rules: compose.Rules,
     *,
     anchor: float,
     seed: int = 0,
@@ -127,17 +126,17 @@ def run(
     by_base: dict[str, list[Case]] = {}
     for c in matrix:
         by_base.setdefault(c.base, []).append(c)
-    jobs = [Job(s, _names(s, rules), ((LABEL, name),)) for name, s in bases.items()]
+    jobs = [Job(s, names_for(s, rules), ((LABEL, name),)) for name, s in bases.items()]
     with tempfile.TemporaryDirectory(prefix="diagnosd-accuracy-") as tmp:
         work = workdir or Path(tmp)
         with (work / "matrix.om").open("w", encoding="utf-8") as out:
-            for series in histories(jobs, anchor=anchor, seed=seed, keep=_keep(anchor)):
+            for series in histories(jobs, anchor=anchor, seed=seed, keep=keep_for(anchor)):
                 if not series:
                     continue
                 base = dict(next(iter(series))[1])[LABEL]
                 for c in by_base[base]:
                     varied = c.variation.apply(series, _cluster(c.scenario))
-                    write_openmetrics(out, relabel(varied, LABEL, c.id), end=False)
+                    openmetrics.write(out, as_series(relabel(varied, LABEL, c.id)), end=False)
             out.write("# EOF\n")
         backfill(work / "matrix.om", work / "tsdb")
         (work / "matrix.om").unlink()
@@ -151,12 +150,12 @@ def _cluster(scenario: Scenario) -> Cluster:
 
 
 async def _evaluate(
-    url: str, matrix: Sequence[Case], rules: runtime.Rules, anchor: float, naive: bool
+    url: str, matrix: Sequence[Case], rules: compose.Rules, anchor: float, naive: bool
 ) -> list[Outcome]:
     at = datetime.fromtimestamp(anchor, UTC)
     config = PrometheusConfig(url=url, timeout=120.0)
     limit = asyncio.Semaphore(6)
-    async with runtime.diagnoser(config, rules, strict_labels=[LABEL]) as diagnoser:
+    async with compose.diagnoser(config, rules, strict_labels=[LABEL]) as diagnoser:
 
         async def diagnose(tree: Tree, case: Case, when: datetime) -> Diagnosis:
             async with limit:
@@ -174,7 +173,7 @@ async def _evaluate(
                     o.naive = _naive(case.scenario, o.target, now, before, anchor)
             return outcomes
 
-        pairs = [(c, t) for c in matrix for t in _trees(c.scenario, rules)]
+        pairs = [(c, t) for c in matrix for t in trees_for(c.scenario, rules)]
         results = await asyncio.gather(*(one(c, t) for c, t in pairs))
     return [o for group in results for o in group]
 

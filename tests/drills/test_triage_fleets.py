@@ -20,17 +20,16 @@ from datetime import UTC, datetime
 
 import pytest
 
-from diagnosd import runtime
 from diagnosd.cli import main
+from diagnosd.daemon import compose
+from diagnosd.drills.verify import keep_for, metric_names
 from diagnosd.engine.triage import triage
 from diagnosd.findings.triage import Board
-from diagnosd.rulestest.server import LocalPrometheus
+from diagnosd.promlocal import LocalPrometheus, backfill, openmetrics
 from diagnosd.sim import scenario
-from diagnosd.sim.backfill import backfill
 from diagnosd.sim.batch import Job, histories
-from diagnosd.sim.exposition import write_openmetrics
 from diagnosd.sim.fleet import layout
-from diagnosd.sim.verify import _keep, metric_names
+from diagnosd.sim.history import as_series
 from diagnosd.sources import PrometheusConfig, PrometheusSource
 from tests.sim.conftest import ANCHOR
 
@@ -65,7 +64,7 @@ ABSENT: dict[str, dict[str, tuple[str, str]]] = {
 @pytest.fixture(scope="module")
 def fleets(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     """Each fleet's day of history backfilled into its own Prometheus: name -> URL."""
-    rules = runtime.load()
+    rules = compose.load()
     names = frozenset().union(*(metric_names(tree, rules) for tree in rules.ruleset.trees.values()))
     work = tmp_path_factory.mktemp("fleets")
     with ExitStack() as stack:
@@ -74,8 +73,8 @@ def fleets(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]
             history = work / f"{name}.om"
             with history.open("w", encoding="utf-8") as out:
                 jobs = [Job(scenario.load(name), names, ())]
-                for series in histories(jobs, anchor=ANCHOR, seed=0, keep=_keep(ANCHOR), parallel=False):
-                    write_openmetrics(out, series, end=False)
+                for series in histories(jobs, anchor=ANCHOR, seed=0, keep=keep_for(ANCHOR), parallel=False):
+                    openmetrics.write(out, as_series(series), end=False)
                 out.write("# EOF\n")
             backfill(history, work / name / "tsdb")
             history.unlink()
@@ -88,7 +87,7 @@ def board(url: str) -> Board:
     async def run() -> Board:
         config = PrometheusConfig(url=url, timeout=60.0)
         async with config.client() as client:
-            rules = runtime.load()
+            rules = compose.load()
             return await triage(PrometheusSource(config, client), rules.ruleset.trees.values(), rules.aliases, at=AT)
 
     return asyncio.run(run())
@@ -109,7 +108,7 @@ def test_a_healthy_fleet_shows_nothing_on_any_tree(fleets: dict[str, str], name:
         reason, named = ABSENT[name][symptom]
         assert [r.reason for r in reasons] == [reason], (symptom, reasons)
         assert named in reasons[0].detail, (symptom, reasons[0].detail)
-    assert len(result.clear) + len(unknown) == len(runtime.load().ruleset.trees)
+    assert len(result.clear) + len(unknown) == len(compose.load().ruleset.trees)
 
 
 def _fault(name: str) -> tuple[dict[str, str], list[dict[str, str]]]:
@@ -143,7 +142,7 @@ def test_triage_on_the_demo_fleet_shows_the_fault_where_it_is_and_clear_elsewher
     assert not elsewhere
     unknown = {u["symptom"]: [r["reason"] for r in u["reasons"]] for u in body["unknown"]}
     assert unknown == {symptom: [reason] for symptom, (reason, _) in ABSENT[fault.extends or "healthy"].items()}
-    assert len(body["clear"]) + len(present) + len(unknown) == len(runtime.load().ruleset.trees)
+    assert len(body["clear"]) + len(present) + len(unknown) == len(compose.load().ruleset.trees)
 
 
 def test_triage_on_the_demo_fleet_prints_the_injected_fault_first(

@@ -18,8 +18,8 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from diagnosd.daemon.settings.model import Settings
 from diagnosd.errors import Problem, SettingsError
-from diagnosd.settings import Settings
 from diagnosd.trees.loader import describe
 from diagnosd.trees.location import rules_dir_variable
 from diagnosd.trees.yamlfile import read_yaml

@@ -1,4 +1,4 @@
-"""A real Prometheus on a loopback port, started and always stopped by its owner (tests, demo, runner)."""
+"""A real Prometheus on a loopback port, started and always stopped by its owner (tests, demo, drills, bench)."""
 
 from __future__ import annotations
 
@@ -21,19 +21,6 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
-
-
-def backfill(openmetrics: Path, tsdb: Path, promtool: str = "promtool") -> None:
-    """Turn an OpenMetrics file into TSDB blocks; do it before Prometheus starts (it only sees blocks at start)."""
-    tool = _binary(promtool)
-    done = subprocess.run(
-        [tool, "tsdb", "create-blocks-from", "openmetrics", str(openmetrics), str(tsdb)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise ServerError(f"promtool backfill failed ({done.returncode}): {done.stderr.strip() or done.stdout.strip()}")
 
 
 @dataclass
@@ -77,7 +64,7 @@ class LocalPrometheus:
         self.port = self.port or free_port()
         log = (self.workdir / "prometheus.log").open("wb")
         command = [
-            _binary(self.binary),
+            executable(self.binary),
             f"--config.file={config}",
             f"--storage.tsdb.path={self.tsdb or self.workdir / 'data'}",
             # Retention counts from the newest block, not the wall clock: keep old test data.
@@ -127,7 +114,8 @@ def _ready(url: str) -> bool:
         return False
 
 
-def _binary(name: str) -> str:
+def executable(name: str) -> str:
+    """`name` resolved on PATH; a ServerError naming the Debian package when it is not there."""
     found = shutil.which(name)
     if found is None:
         raise ServerError(f"{name!r} not found on PATH (Debian: apt-get install prometheus)")

@@ -17,15 +17,14 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from diagnosd import runtime
+from diagnosd.daemon import compose
 from diagnosd.engine import Scope
 from diagnosd.engine.params import effective
 from diagnosd.findings.lifecycle import Trigger
 from diagnosd.findings.model import Diagnosis
-from diagnosd.rulestest.server import LocalPrometheus
-from diagnosd.sim.backfill import backfill
+from diagnosd.promlocal import LocalPrometheus, backfill, openmetrics
 from diagnosd.sim.batch import Job, histories
-from diagnosd.sim.exposition import write_openmetrics
+from diagnosd.sim.history import as_series
 from diagnosd.sim.scenario import Scenario
 from diagnosd.sim.schedule import Schedule
 from diagnosd.sim.simulator import HISTORY, current_names
@@ -49,7 +48,7 @@ class Finding:
         return not self.problems
 
 
-def metric_names(tree: Tree, rules: runtime.Rules) -> set[str]:
+def metric_names(tree: Tree, rules: compose.Rules) -> set[str]:
     """Every spelling of every metric a tree's queries read (aliases and colon/underscore twins)."""
     values = effective(tree)
     texts = [text for _, text in queries(tree)]
@@ -61,7 +60,7 @@ def metric_names(tree: Tree, rules: runtime.Rules) -> set[str]:
 
 def verify(
     scenarios: Sequence[Scenario],
-    rules: runtime.Rules,
+    rules: compose.Rules,
     *,
     anchor: float,
     seed: int = 0,
@@ -69,21 +68,21 @@ def verify(
     processes: int | None = None,
 ) -> list[Finding]:
     """Simulate every scenario, load them all into one Prometheus, judge each expectation."""
-    jobs = [Job(s, _names(s, rules), ((LABEL, s.name or "?"),)) for s in scenarios]
+    jobs = [Job(s, names_for(s, rules), ((LABEL, s.name or "?"),)) for s in scenarios]
     with tempfile.TemporaryDirectory(prefix="diagnosd-verify-") as tmp:
         work = workdir or Path(tmp)
         with (work / "scenarios.om").open("w", encoding="utf-8") as out:
-            for series in histories(jobs, anchor=anchor, seed=seed, keep=_keep(anchor), parallel=processes != 1):
-                write_openmetrics(out, series, end=False)
+            for series in histories(jobs, anchor=anchor, seed=seed, keep=keep_for(anchor), parallel=processes != 1):
+                openmetrics.write(out, as_series(series), end=False)
             out.write("# EOF\n")
         backfill(work / "scenarios.om", work / "tsdb")
         with LocalPrometheus(work / "prometheus", tsdb=work / "tsdb") as prom:
             return asyncio.run(_evaluate(prom.url, scenarios, rules, anchor))
 
 
-def _names(scenario: Scenario, rules: runtime.Rules) -> frozenset[str]:
+def names_for(scenario: Scenario, rules: compose.Rules) -> frozenset[str]:
     """Only what the trees in question read: a fraction of the fleet's series."""
-    return frozenset(set().union(*(metric_names(t, rules) for t in _trees(scenario, rules))))
+    return frozenset(set().union(*(metric_names(t, rules) for t in trees_for(scenario, rules))))
 
 
 @dataclass(frozen=True)
@@ -97,11 +96,11 @@ class _Keep:
         return any(start <= t <= end for start, end in dense) or (t - self.schedule.origin) % 3600.0 == 0.0
 
 
-def _keep(anchor: float) -> Callable[[float], bool]:
+def keep_for(anchor: float) -> Callable[[float], bool]:
     return _Keep(Schedule(anchor - HISTORY, anchor))
 
 
-def _trees(scenario: Scenario, rules: runtime.Rules) -> list[Tree]:
+def trees_for(scenario: Scenario, rules: compose.Rules) -> list[Tree]:
     # Every tree where nothing or (quiet_elsewhere) nothing else may show: judge() then requires
     # no symptom on each tree without an expectation.
     if not scenario.expect or scenario.quiet_elsewhere:
@@ -110,14 +109,14 @@ def _trees(scenario: Scenario, rules: runtime.Rules) -> list[Tree]:
     return [tree for s in symptoms if (tree := rules.ruleset.tree(s)) is not None]
 
 
-async def _evaluate(url: str, scenarios: Iterable[Scenario], rules: runtime.Rules, anchor: float) -> list[Finding]:
+async def _evaluate(url: str, scenarios: Iterable[Scenario], rules: compose.Rules, anchor: float) -> list[Finding]:
     from datetime import UTC, datetime
 
     at = datetime.fromtimestamp(anchor, UTC)
     config = PrometheusConfig(url=url, timeout=60.0)
     out: list[Finding] = []
     limit = asyncio.Semaphore(4)
-    async with runtime.diagnoser(config, rules, strict_labels=[LABEL]) as diagnoser:
+    async with compose.diagnoser(config, rules, strict_labels=[LABEL]) as diagnoser:
 
         async def one(scenario: Scenario, tree: Tree) -> list[Finding]:
             async with limit:
@@ -127,7 +126,7 @@ async def _evaluate(url: str, scenarios: Iterable[Scenario], rules: runtime.Rule
                 finding[0].problems.append(f"a query failed: {error}")
             return finding
 
-        pairs = [(scenario, tree) for scenario in scenarios for tree in _trees(scenario, rules)]
+        pairs = [(scenario, tree) for scenario in scenarios for tree in trees_for(scenario, rules)]
         for findings in await asyncio.gather(*(one(s, t) for s, t in pairs)):
             out.extend(findings)
     return out

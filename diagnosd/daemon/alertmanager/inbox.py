@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-from diagnosd.alerts import AlertJob
-from diagnosd.diagnoser import Diagnoser
+from diagnosd.daemon.alertmanager.payload import AlertJob
+from diagnosd.daemon.diagnoser import Diagnoser
 from diagnosd.engine import Scope
 from diagnosd.errors import DiagnosdError, QueueFull, SourceError
 from diagnosd.findings.lifecycle import Trigger

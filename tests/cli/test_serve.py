@@ -13,10 +13,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from diagnosd.rulestest.server import free_port
+from diagnosd.promlocal import free_port
 from tests.serving import RULES, TOKEN, fleet_prometheus, wait_until
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

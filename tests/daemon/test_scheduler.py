@@ -11,9 +11,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from diagnosd.daemon.scheduler import Scheduler
 from diagnosd.findings.lifecycle import State, Trigger
 from diagnosd.findings.store import FindingQuery
-from diagnosd.scheduler import Scheduler
 from tests.api.faults import forwarding, mock_source
 from tests.findings.builders import diagnosis
 from tests.serving import AT, build, counted, fleet_prometheus, serve, settings

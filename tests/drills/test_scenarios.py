@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import pytest
 
-from diagnosd import runtime
+from diagnosd.daemon import compose
+from diagnosd.drills.verify import Finding, verify
 from diagnosd.sim import scenario
-from diagnosd.sim.verify import Finding, verify
 from tests.sim.conftest import ANCHOR
 
 
 @pytest.fixture(scope="module")
 def findings() -> list[Finding]:
-    return verify([scenario.load(name) for name in scenario.names()], runtime.load(), anchor=ANCHOR)
+    return verify([scenario.load(name) for name in scenario.names()], compose.load(), anchor=ANCHOR)
 
 
 def test_every_scenario_shows_its_causes_and_nothing_else(findings: list[Finding]) -> None:
@@ -31,12 +31,12 @@ def test_every_expectation_was_judged(findings: list[Finding]) -> None:
         for expectation in scenario.load(name).expect:
             assert (name, expectation.symptom, expectation.target) in judged
     healthy = {f.symptom for f in findings if f.scenario == "healthy"}
-    assert healthy == set(runtime.load().ruleset.trees)
+    assert healthy == set(compose.load().ruleset.trees)
 
 
 def test_a_scenario_that_breaks_nothing_is_caught(tmp_path: object) -> None:
     """The check can fail: a fault scenario whose fault is switched off does not show its cause."""
     quiet = scenario.load("queueing").model_copy(update={"faults": [], "name": "queueing"})
-    [finding] = verify([quiet], runtime.load(), anchor=ANCHOR, processes=1)
+    [finding] = verify([quiet], compose.load(), anchor=ANCHOR, processes=1)
     assert not finding.ok
     assert "missing queueing" in finding.problems[0]

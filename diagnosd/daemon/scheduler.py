@@ -19,14 +19,14 @@ from apscheduler.events import EVENT_JOB_MAX_INSTANCES, JobEvent
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from apscheduler.triggers.interval import IntervalTrigger
 
-from diagnosd.diagnoser import Diagnoser, Outcome
+from diagnosd.daemon.alertmanager.inbox import Inbox
+from diagnosd.daemon.diagnoser import Diagnoser, Outcome
+from diagnosd.daemon.settings.model import Settings
 from diagnosd.engine import Scope
 from diagnosd.errors import SourceError
 from diagnosd.findings.lifecycle import Trigger
 from diagnosd.findings.store import Store
 from diagnosd.findings.tracker import Tracker
-from diagnosd.inbox import Inbox
-from diagnosd.settings import Settings
 from diagnosd.sinks.metrics import Metrics
 from diagnosd.trees import Tree
 

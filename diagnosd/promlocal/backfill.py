@@ -1,4 +1,4 @@
-"""promtool's backfill of a simulator history, in one block instead of one per two hours.
+"""promtool's backfill of an OpenMetrics file, in one block instead of one per two hours.
 
 `promtool tsdb create-blocks-from openmetrics` reads its whole input once per block it cuts; a
 day of history in 2 h blocks means 13 passes. `--max-block-duration` (accepted, though hidden,
@@ -8,18 +8,16 @@ by promtool 2.42) lets it cut one block, which Prometheus loads like any other.
 from __future__ import annotations
 
 import math
-import shutil
 import subprocess
 from pathlib import Path
 
 from diagnosd.errors import ServerError
+from diagnosd.promlocal.server import executable
 
 
 def backfill(openmetrics: Path, tsdb: Path, promtool: str = "promtool", span_hours: float = 72.0) -> None:
     """Turn `openmetrics` into TSDB blocks under `tsdb`; run it before Prometheus starts."""
-    tool = shutil.which(promtool)
-    if tool is None:
-        raise ServerError(f"{promtool!r} not found on PATH (Debian: apt-get install prometheus)")
+    tool = executable(promtool)
     hours = 2 * math.ceil(span_hours / 2)
     done = subprocess.run(
         [

@@ -7,11 +7,11 @@ from datetime import UTC, datetime
 import pytest
 from pydantic import ValidationError
 
-from diagnosd import runtime
-from diagnosd.alerts import Payload, Skip, plan, scope
+from diagnosd.daemon import compose
+from diagnosd.daemon.alertmanager.payload import Payload, Skip, plan, scope
 from tests.serving import RULES, sample
 
-TREES = runtime.load(RULES).ruleset.trees
+TREES = compose.load(RULES).ruleset.trees
 NOW = datetime(2026, 11, 29, 14, 30, tzinfo=UTC)
 
 

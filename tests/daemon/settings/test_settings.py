@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from diagnosd import runtime
+from diagnosd.daemon import compose
+from diagnosd.daemon.settings.loader import dumps, env_names, load_settings
+from diagnosd.daemon.settings.model import format_duration
 from diagnosd.errors import SettingsError
-from diagnosd.settings import format_duration
-from diagnosd.settings_loader import dumps, env_names, load_settings
 from tests.serving import RULES
 
 SECRET = "s3cret-token-0123456789abcdef"
@@ -186,7 +186,7 @@ def test_settings_are_checked_against_the_rules() -> None:
         "DIAGNOSD_PARAMS": '{"queue_backlog": {"waiting": "lots", "missing": 1}, "other": {}}',
     }
     with pytest.raises(SettingsError) as caught:
-        runtime.build(load_settings(None, env), registry=CollectorRegistry())
+        compose.build(load_settings(None, env), registry=CollectorRegistry())
     found = problems(caught.value)
     assert "settings: webhook.alertname_map.A: unknown symptom 'ttft_high' (known: queue_backlog, kv_hit_low)" in found
     assert any(p.startswith("settings: scheduler.symptoms: unknown symptom 'nope'") for p in found)
