@@ -61,7 +61,7 @@ def rules_command(args: argparse.Namespace) -> int:
         if args.rules_command == "catalog":
             text = catalogdoc.render(rules.ruleset)
         else:
-            text = alertrules.rule_file(list(rules.ruleset.trees.values()), rules.aliases, args.hold)
+            text = alertrules.rule_file(list(rules.ruleset.trees.values()), rules.ruleset.aliases, args.hold)
         if args.out:
             args.out.write_text(text, encoding="utf-8")
         else:
@@ -76,11 +76,11 @@ def rules_command(args: argparse.Namespace) -> int:
 
 async def coverage(rules: compose.Rules, args: argparse.Namespace) -> int:
     trees = list(rules.ruleset.trees.values())
-    wanted = set().union(*(engine_coverage.candidates(t, rules.aliases) for t in trees))
+    wanted = set().union(*(engine_coverage.candidates(t, rules.ruleset.aliases) for t in trees))
     end = datetime.now(UTC)
     async with compose.diagnoser(config(args), rules) as diagnoser:
         present = await diagnoser.source.metric_names(wanted, end - timedelta(hours=args.lookback), end)
-    rows = [row for tree in trees for row in engine_coverage.tree_coverage(tree, rules.aliases, present)]
+    rows = [row for tree in trees for row in engine_coverage.tree_coverage(tree, rules.ruleset.aliases, present)]
     if args.format == "json":
         print(json.dumps([asdict(r) for r in rows], indent=2))
         return EXIT_OK

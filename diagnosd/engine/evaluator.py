@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
 from diagnosd.engine import params as P
@@ -38,6 +38,30 @@ class Resolved:
     all_absent: bool
     # Names whose absence leaves the query without its data (promql.missing_source).
     unsourced: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Looking:
+    """How a diagnosis looks, the same for every driver: the one factory of Evaluators (the
+    Diagnoser, triage's passes, the CLI, `rules test`, the drills and the benchmarks all build
+    theirs here, so they resolve names, scope and time alike)."""
+
+    aliases: Aliases = field(default_factory=Aliases)
+    strict_labels: frozenset[str] = frozenset()
+    topology: Topology = DEFAULT_TOPOLOGY
+    clock: Clock = utc_now
+    # When the Prometheus asked started keeping data, where a driver knows it (triage does).
+    history_start: datetime | None = None
+
+    def evaluator(self, source: QuerySource) -> Evaluator:
+        return Evaluator(
+            source,
+            self.aliases,
+            strict_labels=self.strict_labels,
+            history_start=self.history_start,
+            topology=self.topology,
+            clock=self.clock,
+        )
 
 
 class Evaluator:

@@ -6,9 +6,8 @@ import math
 from collections.abc import Mapping
 from datetime import timedelta
 
-import promql_parser as pp
-
 from diagnosd.errors import ParamError
+from diagnosd.trees import promql
 from diagnosd.trees.model import DURATION, Tree
 from diagnosd.trees.promql import refs
 
@@ -37,17 +36,21 @@ def _coerce(tree: str, name: str, raw: float | str, default: float | str) -> flo
         raise ParamError(tree, name, f"{raw!r} is not a number") from None
 
 
+def resolve(value: float | str, params: Mapping[str, float | str]) -> float | str:
+    """A literal, or the value of the `$param` it names (validated at load time to exist)."""
+    if isinstance(value, str) and value.startswith("$"):
+        return params[value[1:]]
+    return value
+
+
 def number(value: float | str, params: Mapping[str, float | str]) -> float:
     """A threshold: a literal number or `$param` (validated at load time to name a number)."""
-    if isinstance(value, str):
-        return float(params[value.removeprefix("$")])
-    return float(value)
+    return float(resolve(value, params))
 
 
 def duration(value: str, params: Mapping[str, float | str]) -> timedelta:
-    text = str(params[value[1:]]) if value.startswith("$") else value
-    parsed: timedelta = pp.parse_duration(text)
-    return parsed
+    """A window or baseline: a literal duration or `$param`."""
+    return promql.parse_duration(str(resolve(value, params)))
 
 
 def assumed_in(text: str, tree: Tree, params: Mapping[str, float | str]) -> dict[str, float | str]:

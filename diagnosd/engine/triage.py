@@ -22,14 +22,12 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 from diagnosd.engine import params as P
-from diagnosd.engine.evaluator import Evaluator
+from diagnosd.engine.evaluator import Looking
 from diagnosd.engine.scope import Scope
 from diagnosd.errors import QueryRejected, SourceError, SourceTimeout, SourceUnavailable
 from diagnosd.findings import triage as T
 from diagnosd.findings.model import Diagnosis, Reason, TargetDiagnosis
-from diagnosd.moments import Clock, utc_now
 from diagnosd.sources.base import QuerySource, Sample, declared_types
-from diagnosd.topology import DEFAULT as DEFAULT_TOPOLOGY
 from diagnosd.topology import Topology
 from diagnosd.trees import families, promql
 from diagnosd.trees.aliases import Aliases
@@ -76,26 +74,6 @@ class _Recorder:
         return await declared_types(self._inner, names)
 
 
-@dataclass(frozen=True)
-class _Options:
-    """How every pass of one triage builds its Evaluator."""
-
-    strict_labels: Sequence[str]
-    history_start: datetime | None
-    topology: Topology
-    clock: Clock
-
-    def evaluator(self, source: QuerySource, aliases: Aliases) -> Evaluator:
-        return Evaluator(
-            source,
-            aliases,
-            strict_labels=self.strict_labels,
-            history_start=self.history_start,
-            topology=self.topology,
-            clock=self.clock,
-        )
-
-
 @dataclass
 class _Look:
     """One tree's pass, before the board is assembled (exporter presence needs every tree's names)."""
@@ -118,30 +96,25 @@ class _Look:
 async def triage(
     source: QuerySource,
     trees: Iterable[Tree],
-    aliases: Aliases | None = None,
     scope: Scope | None = None,
     at: datetime | None = None,
     *,
+    looking: Looking | None = None,
     params: Params | None = None,
-    strict_labels: Sequence[str] = (),
     concurrency: int = 4,
-    history_start: datetime | None = None,
-    topology: Topology = DEFAULT_TOPOLOGY,
-    clock: Clock = utc_now,
 ) -> T.Board:
     """The board for `scope` at `at` (default now). Raises the source's error when nothing at all
     could be looked at because Prometheus failed (unreachable first), never an empty board."""
     scope = scope or Scope()
-    at = (at or clock().replace(microsecond=0)).astimezone(UTC)
-    aliases = aliases or Aliases()
+    looking = looking or Looking()
+    at = (at or looking.clock().replace(microsecond=0)).astimezone(UTC)
     params = params or {}
     limit = asyncio.Semaphore(concurrency)
     ordered = list(trees)
 
     async def one(tree: Tree) -> _Look:
         async with limit:
-            options = _Options(strict_labels, history_start, topology, clock)
-            return await _look(source, tree, aliases, scope, at, params.get(tree.id), options)
+            return await _look(source, tree, scope, at, params.get(tree.id), looking)
 
     looks = await asyncio.gather(*(one(tree) for tree in ordered))
     board = _board(looks, scope, at)
@@ -154,15 +127,14 @@ async def triage(
 async def _look(
     source: QuerySource,
     tree: Tree,
-    aliases: Aliases,
     scope: Scope,
     at: datetime,
     overrides: Mapping[str, float | str] | None,
-    options: _Options,
+    looking: Looking,
 ) -> _Look:
     look = _Look(tree)
     recorder = _Recorder(source)
-    evaluator = options.evaluator(recorder, aliases)
+    evaluator = looking.evaluator(recorder)
     try:
         detected = await evaluator.diagnose(_detect_only(tree), scope, at, overrides)
     except SourceError as error:
@@ -177,7 +149,7 @@ async def _look(
         if recorder.errors:
             look.failed = _worst(recorder.errors)
         else:
-            look.names, look.absent = _absent(tree, overrides, aliases, recorder, options.topology)
+            look.names, look.absent = _absent(tree, overrides, looking.aliases, recorder, looking.topology)
             # The detect-only pass asks two things at most: now, and its baseline (at another time).
             past = [samples for (_, when), samples in recorder.answers.items() if when != at]
             if _has_baseline(tree) and past and not any(past):
@@ -186,14 +158,14 @@ async def _look(
     look.unseen = [_why(tree, t, recorder, at) for t in detected.targets if t.symptom_present is None]
     if look.unseen and all(reason == T.METRIC_ABSENT for reason, _ in look.unseen):
         # A compound detect sees targets through one condition while another's exporter is missing.
-        look.names, look.absent = _absent(tree, overrides, aliases, recorder, options.topology)
+        look.names, look.absent = _absent(tree, overrides, looking.aliases, recorder, looking.topology)
     matched = [t for t in detected.targets if t.symptom_present is True]
     if not matched:
         return look
     walker = _Recorder(source)
     full: Diagnosis | None = None
     try:
-        walk = options.evaluator(walker, aliases)
+        walk = looking.evaluator(walker)
         full = await walk.diagnose(tree, scope, at, overrides)
     except SourceError as error:
         look.walk_failed = error

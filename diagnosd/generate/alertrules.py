@@ -14,11 +14,12 @@ from typing import Any
 import promql_parser as pp
 import yaml
 
+from diagnosd.engine import params as P
 from diagnosd.engine.evaluator import sustained_query
 from diagnosd.engine.rewrite import rewrite
 from diagnosd.trees import promql
 from diagnosd.trees.aliases import Aliases
-from diagnosd.trees.model import DURATION, Compare, Conditional, Tree
+from diagnosd.trees.model import Compare, Conditional, Tree
 
 GROUP = "diagnosd-symptoms"
 SYMBOLS = {"above": ">", "below": "<", "ratio_above": ">", "ratio_below": "<", "delta_above": ">", "delta_below": "<"}
@@ -72,13 +73,12 @@ def rule_file(trees: list[Tree], aliases: Aliases, hold: str = "5m") -> str:
 
 
 def _number(compare: Compare, values: dict[str, float | str]) -> float:
-    raw = compare.threshold
-    return float(values[raw[1:]]) if isinstance(raw, str) else raw
+    return P.number(compare.threshold, values)
 
 
 def _duration(raw: str, values: dict[str, float | str]) -> str:
-    text = str(values[raw[1:]]) if raw.startswith("$") else raw
-    assert DURATION.match(text)
+    text = str(P.resolve(raw, values))
+    promql.parse_duration(text)  # an override that is no duration fails here, naming it
     return text
 
 

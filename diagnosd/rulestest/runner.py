@@ -29,6 +29,7 @@ from diagnosd.promlocal.openmetrics import Series, write
 from diagnosd.rulestest import notation
 from diagnosd.rulestest.spec import Case, Expectation, TestFile
 from diagnosd.sources import PrometheusConfig
+from diagnosd.trees import promql
 from diagnosd.trees.model import Tree
 
 ISOLATION_LABEL = "diagnosd_test"
@@ -251,6 +252,4 @@ def _explain(verdict: object, reason: object, detail: str | None) -> str:
 
 
 def _duration(text: str) -> timedelta:
-    from diagnosd.engine.params import duration
-
-    return duration(text, {})
+    return promql.parse_duration(text)

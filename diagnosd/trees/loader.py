@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -12,7 +12,7 @@ from pydantic import BaseModel, ValidationError
 
 from diagnosd.errors import Problem, RulesError
 from diagnosd.trees import semantics
-from diagnosd.trees.aliases import ALIASES_FILE
+from diagnosd.trees.aliases import ALIASES_FILE, Aliases, load_aliases
 from diagnosd.trees.catalog import CATALOG_FILE, Catalog
 from diagnosd.trees.model import Tree
 from diagnosd.trees.yamlfile import Located, read_yaml
@@ -23,11 +23,13 @@ M = TypeVar("M", bound=BaseModel)
 
 @dataclass(frozen=True)
 class RuleSet:
-    """Validated trees in catalog order, with the catalog they were checked against."""
+    """Validated trees in catalog order, with the catalog they were checked against and the metric
+    rename groups (rules/metrics.yaml) their selectors are resolved through."""
 
     catalog: Catalog
     trees: dict[str, Tree]
     files: dict[str, Path]
+    aliases: Aliases = field(default_factory=Aliases)
 
     def tree(self, symptom: str) -> Tree | None:
         return self.trees.get(symptom)
@@ -48,12 +50,17 @@ def load_rules(directory: Path) -> RuleSet:
             files[tree.id] = path
     if catalog is not None:
         problems.extend(semantics.check_catalog_coverage(catalog, trees, files))
+    aliases = Aliases()
+    try:
+        aliases = load_aliases(directory)
+    except RulesError as error:
+        problems.extend(error.problems)
     if problems:
         raise RulesError(problems)
     assert catalog is not None
     order = {s.id: i for i, s in enumerate(catalog.symptoms)}
     ordered = dict(sorted(trees.items(), key=lambda item: order.get(item[0], len(order))))
-    return RuleSet(catalog=catalog, trees=ordered, files=files)
+    return RuleSet(catalog=catalog, trees=ordered, files=files, aliases=aliases)
 
 
 def _load_catalog(directory: Path, problems: list[Problem]) -> Catalog | None:

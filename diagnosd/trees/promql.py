@@ -13,6 +13,7 @@ from datetime import timedelta
 import promql_parser as pp
 
 from diagnosd.topology import JOIN_MARK, Topology, expand
+from diagnosd.trees.model import DURATION
 
 REF = re.compile(r"\$([a-z][a-z0-9_]*)")
 TARGET_REF = "target"
@@ -120,6 +121,17 @@ def _name_matcher_values(node: pp.VectorSelector) -> list[str]:
         if matcher.name == "__name__" and str(matcher.op) == "MatchOp.Equal":
             return [matcher.value]
     return []
+
+
+def parse_duration(text: str) -> timedelta:
+    """A Prometheus duration (`30s`, `1h30m`, `0s`) as a timedelta; ValueError naming the text otherwise.
+    The one parse: settings, params, series tests and alert rules all read durations here."""
+    if not DURATION.match(text):
+        raise ValueError(f"{text!r} is not a duration such as 30s, 5m or 1h")
+    if not any(ch in "123456789" for ch in text):
+        return timedelta(0)  # promql-parser refuses 0s, a fine `for`
+    parsed: timedelta = pp.parse_duration(text)
+    return parsed
 
 
 def format_duration(value: timedelta) -> str:

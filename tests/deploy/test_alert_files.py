@@ -34,7 +34,7 @@ def rules() -> compose.Rules:
 
 def test_symptom_alerts_are_what_the_shipped_rules_generate(rules: compose.Rules) -> None:
     hold = parser().parse_args(["rules", "alerts"]).hold  # the CLI's default `for`
-    expected = alertrules.rule_file(list(rules.ruleset.trees.values()), rules.aliases, hold)
+    expected = alertrules.rule_file(list(rules.ruleset.trees.values()), rules.ruleset.aliases, hold)
     assert chart.ALERT_RULES.read_text() == expected, f"stale: regenerate with `{REGENERATE}`"
 
 

@@ -6,8 +6,8 @@ with the reason triage must give). The demo's default fault scenario (`kv_pool_f
 injected fault on its pod and nothing on any target the fault does not reach, and print it first.
 
 Each fleet's history holds the series the trees read, sampled as the trees look at them (every
-minute in the hour and a half before the anchor and around the same moment a day earlier, hourly
-elsewhere: see diagnosd/sim/verify.py), so the day-ago baselines exist.
+minute in the windows the trees read before the anchor and a baseline earlier, hourly elsewhere
+and as far back as the longest window: see diagnosd/drills/windows.py), so the baselines exist.
 """
 
 from __future__ import annotations
@@ -22,15 +22,16 @@ import pytest
 
 from diagnosd.cli import main
 from diagnosd.daemon import compose
-from diagnosd.drills.verify import keep_for, metric_names
-from diagnosd.engine.triage import triage
+from diagnosd.drills import windows
+from diagnosd.drills.verify import keep_for, metric_names, spelled
+from diagnosd.engine import Scope
 from diagnosd.findings.triage import Board
 from diagnosd.promlocal import LocalPrometheus, backfill, openmetrics
 from diagnosd.sim import scenario
 from diagnosd.sim.batch import Job, histories
 from diagnosd.sim.fleet import layout
 from diagnosd.sim.history import as_series
-from diagnosd.sources import PrometheusConfig, PrometheusSource
+from diagnosd.sources import PrometheusConfig
 from tests.sim.conftest import ANCHOR
 
 pytestmark = pytest.mark.slow
@@ -66,6 +67,7 @@ def fleets(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]
     """Each fleet's day of history backfilled into its own Prometheus: name -> URL."""
     rules = compose.load()
     names = frozenset().union(*(metric_names(tree, rules) for tree in rules.ruleset.trees.values()))
+    plan = spelled(windows.plan(windows.looks(rules.ruleset.trees.values())), rules)
     work = tmp_path_factory.mktemp("fleets")
     with ExitStack() as stack:
         urls: dict[str, str] = {}
@@ -73,7 +75,18 @@ def fleets(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]
             history = work / f"{name}.om"
             with history.open("w", encoding="utf-8") as out:
                 jobs = [Job(scenario.load(name), names, ())]
-                for series in histories(jobs, anchor=ANCHOR, seed=0, keep=keep_for(ANCHOR), parallel=False):
+                keep = keep_for(ANCHOR, plan)
+                simulated = histories(
+                    jobs,
+                    anchor=ANCHOR,
+                    seed=0,
+                    keep=keep,
+                    parallel=False,
+                    history=plan.history,
+                    looks=plan.dense,
+                    far=(plan.far, plan.far_names),
+                )
+                for series in simulated:
                     openmetrics.write(out, as_series(series), end=False)
                 out.write("# EOF\n")
             backfill(history, work / name / "tsdb")
@@ -86,9 +99,8 @@ def fleets(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]
 def board(url: str) -> Board:
     async def run() -> Board:
         config = PrometheusConfig(url=url, timeout=60.0)
-        async with config.client() as client:
-            rules = compose.load()
-            return await triage(PrometheusSource(config, client), rules.ruleset.trees.values(), rules.aliases, at=AT)
+        async with compose.diagnoser(config, compose.load()) as diagnoser:
+            return await diagnoser.triage(Scope(), AT)
 
     return asyncio.run(run())
 

@@ -22,7 +22,7 @@ FIXTURE = REPO / "tests" / "fixtures" / "rules"
 def test_shipped_trees_give_rules_promtool_accepts(tmp_path: Path) -> None:
     rules = compose.load(RULES)
     path = tmp_path / "alerts.yml"
-    path.write_text(rule_file(list(rules.ruleset.trees.values()), rules.aliases))
+    path.write_text(rule_file(list(rules.ruleset.trees.values()), rules.ruleset.aliases))
     done = subprocess.run(["promtool", "check", "rules", str(path)], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"SUCCESS: {len(rules.ruleset.trees)} rules found" in done.stdout
@@ -42,7 +42,7 @@ def test_baseline_becomes_offset_and_names_match_every_spelling() -> None:
         }
     )
     # Each spelling on its own, newest (as written, colon) first; `or` keeps it per target.
-    assert expression(tree, rules.aliases) == (
+    assert expression(tree, rules.ruleset.aliases) == (
         "(min by (namespace, pod)(min_over_time(vllm:num_requests_waiting{}[5m]))"
         " or  min by (namespace, pod)(min_over_time(vllm_num_requests_waiting{}[5m])))"
         " > 2 * (min by (namespace, pod)(min_over_time(vllm:num_requests_waiting{}[5m] offset 1d))"
@@ -63,7 +63,7 @@ def test_a_real_prometheus_fires_the_symptom_alert(
 ) -> None:
     rules = compose.load(FIXTURE)
     path = tmp_path / "alerts.yml"
-    path.write_text(rule_file(list(rules.ruleset.trees.values()), rules.aliases, hold="0s"))
+    path.write_text(rule_file(list(rules.ruleset.trees.values()), rules.ruleset.aliases, hold="0s"))
     now = datetime.now(UTC).timestamp()
     points = [(now - 600 + 15 * i, 30.0) for i in range(40)]
     series = [Series(name, {"namespace": "prod", "pod": "vllm-0"}, points) for name in names]
@@ -88,7 +88,7 @@ def test_a_real_prometheus_fires_the_symptom_alert(
 
 def test_all_and_any_become_and_and_or_of_the_conditions() -> None:
     rules = compose.load(RULES)
-    expr = expression(rules.ruleset.trees["gpu_underutilized"], rules.aliases)
+    expr = expression(rules.ruleset.trees["gpu_underutilized"], rules.ruleset.aliases)
     gpu, slow = expr.split(" and on (namespace, pod) ")
     assert "DCGM_FI_DEV_GPU_UTIL" in gpu
     assert gpu.endswith("< 40)")
@@ -101,7 +101,7 @@ def test_all_and_any_become_and_and_or_of_the_conditions() -> None:
 
 def test_a_sustained_detect_alerts_on_its_quantile() -> None:
     rules = compose.load(RULES)
-    expr = expression(rules.ruleset.trees["queue_backlog"], rules.aliases)
+    expr = expression(rules.ruleset.trees["queue_backlog"], rules.ruleset.aliases)
     assert expr.startswith("(quantile_over_time(0.2, ")
     assert "[5m:1m]" in expr
     assert "min_over_time" not in expr
