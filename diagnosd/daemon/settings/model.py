@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import urlsplit
 
-import promql_parser as pp
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -29,11 +28,12 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from diagnosd.sources import PrometheusConfig
 from diagnosd.topology import Topology
-from diagnosd.trees.model import DURATION, LABEL_NAME
-from diagnosd.trees.promql import format_duration
+from diagnosd.trees.model import LABEL_NAME
+from diagnosd.trees.promql import format_duration, parse_duration
 
 MIN_SECRET = 16
 
@@ -45,12 +45,7 @@ def _duration(value: Any) -> Any:
     if isinstance(value, int | float):
         return timedelta(seconds=value)
     if isinstance(value, str):
-        text = value.strip()
-        if not DURATION.match(text):
-            raise ValueError(f"{text!r} is not a duration such as 30s, 5m or 1h")
-        if not any(ch in "123456789" for ch in text):
-            return timedelta(0)  # promql-parser refuses 0s, a fine `for`
-        return pp.parse_duration(text)
+        return parse_duration(value.strip())
     return value
 
 
@@ -204,7 +199,12 @@ class WebhookSettings(Section):
     alertname_map: dict[str, str] = {}
     # Alert labels taken into the scope besides the tree's target labels (see docs/daemon.md).
     scope_labels: list[LabelName] = ["model_name"]
+    # Jobs waiting (a job: the alerts of one symptom within coalesce_window, or one resolution);
+    # while this many wait, a delivery with new alerts is answered 503. Any delivery is taken whole.
     queue_size: Annotated[int, Field(ge=1, le=100_000)] = 256
+    # Firing alerts of one symptom received within this window are diagnosed by one evaluation
+    # over all their targets; 0s diagnoses each alert on its own.
+    coalesce_window: Hold = timedelta(seconds=2)
     workers: Annotated[int, Field(ge=1, le=64)] = 2
     max_body_bytes: Annotated[int, Field(ge=1024)] = 4 * 1024 * 1024
     # A diagnosis that could not run (Prometheus down) is tried again this many times in all.
@@ -261,7 +261,17 @@ class MetricsSettings(Section):
     max_series: Annotated[int, Field(ge=1)] = 10_000
 
 
-class Settings(Section):
+class Settings(BaseSettings):
+    # How pydantic-settings names the variables: DIAGNOSD_SECTION_KEY, split once after the section
+    # (DIAGNOSD_PROMETHEUS_BEARER_TOKEN is prometheus.bearer_token), DIAGNOSD_KEY at the top level.
+    model_config = SettingsConfigDict(
+        frozen=True,
+        case_sensitive=True,  # in the file; the environment source matches names in any case
+        env_prefix="DIAGNOSD_",
+        env_nested_delimiter="_",
+        env_nested_max_split=1,
+    )
+
     prometheus: PrometheusSettings
     server: ServerSettings = ServerSettings()
     store: StoreSettings = StoreSettings()
@@ -275,6 +285,19 @@ class Settings(Section):
     log_level: LogLevel = LogLevel.INFO
     # symptom -> {param: value}: per-deployment overrides of tree params.
     params: dict[str, dict[str, float | str]] = {}
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # Only the arguments: loader.load_settings passes the file, the environment and the flags
+        # it was given, so Settings built in code never picks up the process environment.
+        return (init_settings,)
 
     @model_validator(mode="after")
     def _safe(self) -> Settings:
