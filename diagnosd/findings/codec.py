@@ -1,24 +1,21 @@
-"""Findings, RootCause and Evidence to and from plain data: the store's rows keep the whole evidence.
+"""RootCause and Evidence as the wire's JSON: what render/json.py and the API's responses carry.
 
-Storage encoding only (the wire JSON is render/json.py). NaN and ±Inf travel as Prometheus
-spells them, since JSON has neither; times are Unix seconds.
+Not the stored shape (stored.py, versioned with each row): this one may change with the API.
+NaN and ±Inf travel as Prometheus spells them, since JSON has neither; moments as RFC 3339.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from datetime import UTC, datetime
 from typing import Any
 
-from diagnosd.findings.fingerprint import labels_key
-from diagnosd.findings.lifecycle import Finding, Phase, ResolvedBy, State, Trigger
-from diagnosd.findings.model import Evidence, Reason, RootCause, Verdict
-from diagnosd.trees.model import Severity, Text
+from diagnosd.findings.model import Evidence, RootCause
+from diagnosd.trees.model import Text
 
 
 def encode_cause(c: RootCause) -> dict[str, Any]:
-    """A root cause as JSON: the REST contract and the store share this one shape."""
+    """A root cause as JSON: the REST contract's shape, the CLI's --json too."""
     return {
         "cause": c.cause,
         "title": text(c.title),
@@ -35,25 +32,8 @@ def encode_cause(c: RootCause) -> dict[str, Any]:
     }
 
 
-def decode_cause(data: dict[str, Any]) -> RootCause:
-    return RootCause(
-        cause=data["cause"],
-        title=Text(**data["title"]),
-        severity=Severity(data["severity"]),
-        remediation=tuple(Text(**r) for r in data["remediation"]),
-        check=data["check"],
-        depth=int(data["depth"]),
-        excess=_float(data["excess"]) or 0.0,
-        evidence=tuple(decode_evidence(e) for e in data["evidence"]),
-        caveat=Text(**data["caveat"]) if data.get("caveat") else None,
-        # Rows stored before causal ranking have neither key.
-        explained_by=tuple(data.get("explained_by") or ()),
-        explains=tuple(decode_cause(x) for x in data.get("explains") or ()),
-    )
-
-
 def encode_evidence(e: Evidence) -> dict[str, Any]:
-    """Evidence as JSON; `compared` (value, ratio or delta) is derived and ignored when decoding."""
+    """Evidence as JSON; `compared` is the number the threshold applies to (value, ratio or delta)."""
     return {
         "check": e.check,
         "query": e.query,
@@ -81,31 +61,6 @@ def encode_evidence(e: Evidence) -> dict[str, Any]:
     }
 
 
-def decode_evidence(data: dict[str, Any]) -> Evidence:
-    return Evidence(
-        check=data["check"],
-        query=data["query"],
-        operator=data["operator"],
-        threshold=_float(data["threshold"]) or 0.0,
-        value=_float(data["value"]),
-        baseline=_float(data["baseline"]),
-        baseline_at=datetime.fromisoformat(data["baseline_at"]) if data.get("baseline_at") else None,
-        unit=data.get("unit"),
-        assumed=dict(data.get("assumed") or {}),
-        context={k: _float(v) for k, v in (data.get("context") or {}).items()},
-        warnings=tuple(data.get("warnings") or ()),
-        combine=data.get("combine"),
-        conditions=tuple(decode_evidence(c) for c in data.get("conditions") or ()),
-        title=Text(**data["title"]) if data.get("title") else None,
-        verdict=Verdict(data["verdict"]) if data.get("verdict") else None,
-        reason=Reason(data["reason"]) if data.get("reason") else None,
-        detail=data.get("detail"),
-        current=_float((data.get("sustained") or {}).get("current")),
-        sustained_for=(data.get("sustained") or {}).get("for"),
-        share=(data.get("sustained") or {}).get("share"),
-    )
-
-
 def timestamp(moment: datetime) -> str:
     return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
@@ -123,57 +78,3 @@ def number(value: float | None) -> float | str | None:
     if math.isinf(value):
         return "+Inf" if value > 0 else "-Inf"
     return value
-
-
-def _float(value: float | str | None) -> float | None:
-    return None if value is None else float(value)
-
-
-def finding_row(f: Finding) -> tuple[Any, ...]:
-    p = f.phase
-    return (
-        f.fingerprint,
-        _ts(p.active_at),
-        f.symptom,
-        f.cause,
-        str(f.severity),
-        labels_key(f.labels),
-        str(p.state),
-        _ts(p.fired_at) if p.fired_at else None,
-        _ts(p.resolved_at) if p.resolved_at else None,
-        str(f.resolved_by) if f.resolved_by else None,
-        _ts(f.last_seen),
-        _ts(f.evaluated_at),
-        str(f.trigger),
-        json.dumps(list(f.alerts)),
-        json.dumps(encode_cause(f.root_cause), ensure_ascii=False),
-    )
-
-
-def finding_from_row(row: tuple[Any, ...]) -> Finding:
-    fp, active_at, symptom, cause, _severity, labels, state, fired, resolved, by, seen, at, trigger, alerts, rc = row
-    return Finding(
-        fingerprint=fp,
-        symptom=symptom,
-        cause=cause,
-        labels=json.loads(labels),
-        phase=Phase(State(state), _dt(active_at), _opt(fired), _opt(resolved)),
-        last_seen=_dt(seen),
-        trigger=Trigger(trigger),
-        root_cause=decode_cause(json.loads(rc)),
-        evaluated_at=_dt(at),
-        alerts=tuple(json.loads(alerts)),
-        resolved_by=ResolvedBy(by) if by else None,
-    )
-
-
-def _ts(moment: datetime) -> float:
-    return moment.timestamp()
-
-
-def _dt(value: float) -> datetime:
-    return datetime.fromtimestamp(value, UTC)
-
-
-def _opt(value: float | None) -> datetime | None:
-    return None if value is None else datetime.fromtimestamp(value, UTC)

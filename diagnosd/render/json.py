@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-# One JSON shape for a cause and its evidence, shared with the findings store.
+# The wire's JSON of a cause and its evidence (the store keeps its own, findings/stored.py).
 from diagnosd.findings.codec import encode_cause as encode_cause
 from diagnosd.findings.codec import encode_evidence as encode_evidence
 from diagnosd.findings.codec import number as number

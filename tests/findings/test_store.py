@@ -1,11 +1,13 @@
-"""The SQLite store: WAL on disk, findings with their whole evidence, filters, alert memory,
-retention, and clear errors for a file it cannot use. Restarts are new Store objects on one file.
+"""The findings store on SQLite: findings with their whole evidence, target states, filters,
+retention, and clear errors for a file or a row it cannot use. Restarts are new Store objects on
+one file. (The database itself is tests/storage, the delivery memory tests/daemon/alertmanager.)
 """
 
 from __future__ import annotations
 
 import math
 import sqlite3
+from collections.abc import Iterator
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
@@ -46,14 +48,16 @@ def finding(
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Store:
-    return Store.open(tmp_path / "sub" / "findings.db")
+def store(tmp_path: Path) -> Iterator[Store]:
+    opened = Store.open(tmp_path / "sub" / "findings.db")
+    yield opened
+    opened.close()
 
 
 def test_wal_on_disk_and_a_restart_keeps_everything(tmp_path: Path) -> None:
     path = tmp_path / "findings.db"
     first = Store.open(path)
-    assert first.journal_mode() == "wal"
+    assert first.database.probe() == "journal wal"
     f = finding(alerts=("0d6ac019b0dad439",))
     first.save([f])
     first.save_states(
@@ -63,16 +67,24 @@ def test_wal_on_disk_and_a_restart_keeps_everything(tmp_path: Path) -> None:
             )
         ]
     )
-    first.remember(("fp", "firing", "2026"), {"x": 1}, "done", AT)
     first.close()
     again = Store.open(path)
     assert again.active() == [f]
     [state] = again.states()
     assert (state.present, dict(state.values), state.trigger) == (True, {"detect": 20.0}, Trigger.ALERT)
-    record = again.alert(("fp", "firing", "2026"))
-    assert record is not None
-    assert record.outcome == "done"
-    assert record.request == {"x": 1}
+    again.close()
+
+
+def test_saving_an_episode_again_replaces_it(store: Store) -> None:
+    f = finding(state=State.PENDING)
+    store.save([f])
+    fired = replace(f, phase=Phase(State.FIRING, AT, AT + timedelta(minutes=1)), last_seen=AT + timedelta(minutes=1))
+    store.save([fired])
+    assert store.episodes(f.fingerprint) == [fired]
+    store.save_states([TargetState("queue_backlog", {"pod": "x"}, True, {"detect": 1.0}, AT, Trigger.ROUND)])
+    store.save_states([TargetState("queue_backlog", {"pod": "x"}, False, {}, AT, Trigger.API)])
+    [state] = store.states()
+    assert (state.present, dict(state.values), state.trigger) == (False, {}, Trigger.API)
 
 
 def test_evidence_round_trips_with_nan_and_infinity(store: Store) -> None:
@@ -139,43 +151,12 @@ def test_filters(store: Store) -> None:
     assert store.findings(FindingQuery())[-1].state is State.RESOLVED
 
 
-def test_alert_memory(store: Store) -> None:
-    key = ("abc", "firing", "2026-11-29T14:24:44+00:00")
-    assert store.alert(key) is None
-    store.remember(key, {"symptom": "queue_backlog"}, "queued", AT)
-    store.mark(key, "failed", AT + timedelta(seconds=1), "cannot reach Prometheus")
-    store.mark(key, "failed", AT + timedelta(seconds=2), "cannot reach Prometheus")
-    record = store.alert(key)
-    assert record is not None
-    assert (record.outcome, record.attempts, record.error) == ("failed", 2, "cannot reach Prometheus")
-    assert record.updated_at == AT + timedelta(seconds=2)
-    store.remember(key, {"symptom": "other"}, "queued", AT + timedelta(seconds=3))
-    again = store.alert(key)
-    assert again is not None
-    assert again.outcome == "queued"
-    assert again.request == {"symptom": "queue_backlog"}
-    assert [r.key for r in store.alerts_by_outcome("queued")] == [key]
-
-
-def test_a_resent_alert_is_remembered_from_its_last_delivery(store: Store) -> None:
-    key = ("abc", "firing", "2026-11-29T14:24:44+00:00")
-    store.remember(key, {}, "done", AT)
-    store.touch([key], AT + timedelta(days=3))
-    assert store.purge(AT + timedelta(days=2)) == 0
-    assert store.alert(key) is not None
-    assert store.purge(AT + timedelta(days=4)) == 1
-
-
 def test_retention_keeps_what_is_active_or_recent(store: Store) -> None:
     store.save([finding("vllm-0", state=State.RESOLVED), finding("vllm-1")])
-    store.remember(("old", "firing", "t"), {}, "done", AT)
-    store.remember(("waiting", "firing", "t"), {}, "queued", AT)
     store.save_states([TargetState("queue_backlog", {"pod": "x"}, True, {}, AT, Trigger.ROUND)])
     assert store.purge(AT) == 0
-    assert store.purge(AT + timedelta(days=1)) == 3
+    assert store.purge(AT + timedelta(days=1)) == 2
     assert [f.labels["pod"] for f in store.findings(FindingQuery())] == ["vllm-1"]
-    assert store.alert(("old", "firing", "t")) is None
-    assert store.alert(("waiting", "firing", "t")) is not None
     assert store.states() == []
 
 
@@ -200,8 +181,22 @@ def test_a_newer_schema_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "future.db"
     with sqlite3.connect(path) as db:
         db.execute("PRAGMA user_version=99")
-    with pytest.raises(StoreError, match="schema version 99 is newer"):
+    with pytest.raises(StoreError, match=r"schema version 99 is newer than this diagnosd \(2\)"):
         Store.open(path)
+
+
+def test_a_row_in_a_format_this_code_cannot_read_is_a_clear_error(tmp_path: Path) -> None:
+    """A newer diagnosd wrote it (same schema, a newer row format), then this one was rolled back to."""
+    path = tmp_path / "findings.db"
+    store = Store.open(path)
+    store.save([finding()])
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE findings SET format = 7")
+    with pytest.raises(StoreError) as error:
+        store.active()
+    assert error.value.path == str(path)
+    assert "is stored in format 7; this diagnosd reads [1]" in error.value.reason
+    store.close()
 
 
 def test_a_path_that_cannot_be_created_is_a_clear_error(tmp_path: Path) -> None:

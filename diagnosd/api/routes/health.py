@@ -47,10 +47,10 @@ def _rules(count: int) -> ProbeOut:
 
 def _store(store: Store) -> ProbeOut:
     try:
-        mode = store.journal_mode()
-    except Exception as error:  # whatever SQLite says, the store cannot serve
+        state = store.database.probe()
+    except Exception as error:  # whatever the database says, the store cannot serve
         return ProbeOut(ok=False, detail=f"store unusable: {error}")
-    return ProbeOut(ok=True, detail=f"open (journal {mode})")
+    return ProbeOut(ok=True, detail=f"open ({state})")
 
 
 async def _prometheus(svc: ServicesDep) -> ProbeOut:
