@@ -3,7 +3,7 @@
 Each case is a scenario with a variation mix (diagnosd/sim/variations.py). Every scenario is
 simulated once; each of its cases gets the variation applied to a copy of its series and its own
 value of verify's isolation label, so all cases share one TSDB without seeing each other. Each
-case is then diagnosed through the real rules, and judged the way diagnosd/sim/verify.py judges a
+case is then diagnosed through the real rules, and judged the way diagnosd/drills/verify.py judges a
 scenario, plus what a benchmark needs: the rank of the expected first cause among the root
 causes, whether the engine could not look (unknown), the top cause when it is not one the
 scenario expects (wrong), and, on the healthy fleets, any root cause at all (a false cause).
@@ -26,7 +26,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from diagnosd.daemon import compose
-from diagnosd.drills.verify import LABEL, judge, keep_for, names_for, trees_for
+from diagnosd.drills import windows
+from diagnosd.drills.verify import LABEL, judge, keep_for, names_for, spelled, trees_for
 from diagnosd.engine import Scope
 from diagnosd.findings.lifecycle import Trigger
 from diagnosd.findings.model import Diagnosis, TargetDiagnosis, Verdict
@@ -41,7 +42,7 @@ from diagnosd.sources import PrometheusConfig
 from diagnosd.trees.model import CheckNode, Compare, Tree, leaves, walk
 
 DAY = 86400.0
-# Where the naive baseline reads "a day ago": inside the simulator's dense window then.
+# Where the naive baseline reads "a day ago" (the simulator ticks densely there for it).
 BASELINE_MINUTES = (-45, -30, -15, 0)
 
 
@@ -127,10 +128,16 @@ def run(
     for c in matrix:
         by_base.setdefault(c.base, []).append(c)
     jobs = [Job(s, names_for(s, rules), ((LABEL, name),)) for name, s in bases.items()]
+    plan = plan_for(matrix, rules, naive)
+    keep = keep_for(anchor, plan)
     with tempfile.TemporaryDirectory(prefix="diagnosd-accuracy-") as tmp:
         work = workdir or Path(tmp)
         with (work / "matrix.om").open("w", encoding="utf-8") as out:
-            for series in histories(jobs, anchor=anchor, seed=seed, keep=keep_for(anchor)):
+            far = (plan.far, plan.far_names)
+            simulated = histories(
+                jobs, anchor=anchor, seed=seed, keep=keep, history=plan.history, looks=plan.dense, far=far
+            )
+            for series in simulated:
                 if not series:
                     continue
                 base = dict(next(iter(series))[1])[LABEL]
@@ -142,6 +149,16 @@ def run(
         (work / "matrix.om").unlink()
         with LocalPrometheus(work / "prometheus", tsdb=work / "tsdb") as prom:
             return _wrong(asyncio.run(_evaluate(prom.url, matrix, rules, anchor, naive)))
+
+
+def plan_for(matrix: Sequence[Case], rules: compose.Rules, naive: bool) -> windows.Plan:
+    """Where the trees of these cases read, and with `naive` the flat trees at the baseline's moments."""
+    trees = {tree.id: tree for c in matrix for tree in trees_for(c.scenario, rules)}
+    found = windows.looks(trees.values())
+    if naive:
+        flat = [_flat(tree) for tree in trees.values()]
+        found = windows.joined(found, *(windows.looks(flat, at=DAY - m * 60.0) for m in BASELINE_MINUTES))
+    return spelled(windows.plan(found), rules)
 
 
 def _cluster(scenario: Scenario) -> Cluster:

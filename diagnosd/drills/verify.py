@@ -14,10 +14,11 @@ from __future__ import annotations
 import asyncio
 import tempfile
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from diagnosd.daemon import compose
+from diagnosd.drills import windows
 from diagnosd.engine import Scope
 from diagnosd.engine.params import effective
 from diagnosd.findings.lifecycle import Trigger
@@ -27,7 +28,7 @@ from diagnosd.sim.batch import Job, histories
 from diagnosd.sim.history import as_series
 from diagnosd.sim.scenario import Scenario
 from diagnosd.sim.schedule import Schedule
-from diagnosd.sim.simulator import HISTORY, current_names
+from diagnosd.sim.simulator import current_names
 from diagnosd.sources import PrometheusConfig
 from diagnosd.trees import promql
 from diagnosd.trees.model import Tree, queries
@@ -55,7 +56,7 @@ def metric_names(tree: Tree, rules: compose.Rules) -> set[str]:
     names = {
         n for text in texts for n in promql.selector_names(promql.parse(promql.substitute(text, values, tree.target)))
     }
-    return {v for name in names for v in rules.aliases.variants(name)}
+    return {v for name in names for v in rules.ruleset.aliases.variants(name)}
 
 
 def verify(
@@ -68,16 +69,36 @@ def verify(
     processes: int | None = None,
 ) -> list[Finding]:
     """Simulate every scenario, load them all into one Prometheus, judge each expectation."""
-    jobs = [Job(s, names_for(s, rules), ((LABEL, s.name or "?"),)) for s in scenarios]
     with tempfile.TemporaryDirectory(prefix="diagnosd-verify-") as tmp:
         work = workdir or Path(tmp)
-        with (work / "scenarios.om").open("w", encoding="utf-8") as out:
-            for series in histories(jobs, anchor=anchor, seed=seed, keep=keep_for(anchor), parallel=processes != 1):
-                openmetrics.write(out, as_series(series), end=False)
-            out.write("# EOF\n")
-        backfill(work / "scenarios.om", work / "tsdb")
-        with LocalPrometheus(work / "prometheus", tsdb=work / "tsdb") as prom:
+        tsdb = backfilled(scenarios, rules, work, anchor=anchor, seed=seed, parallel=processes != 1)
+        with LocalPrometheus(work / "prometheus", tsdb=tsdb) as prom:
             return asyncio.run(_evaluate(prom.url, scenarios, rules, anchor))
+
+
+def backfilled(
+    scenarios: Sequence[Scenario], rules: compose.Rules, work: Path, *, anchor: float, seed: int, parallel: bool = True
+) -> Path:
+    """Every scenario's history as the trees read it, backfilled into one TSDB under `work` (returned)."""
+    jobs = [Job(s, names_for(s, rules), ((LABEL, s.name or "?"),)) for s in scenarios]
+    plan = plan_for(scenarios, rules)
+    keep = keep_for(anchor, plan)
+    with (work / "scenarios.om").open("w", encoding="utf-8") as out:
+        simulated = histories(
+            jobs,
+            anchor=anchor,
+            seed=seed,
+            keep=keep,
+            parallel=parallel,
+            history=plan.history,
+            looks=plan.dense,
+            far=(plan.far, plan.far_names),
+        )
+        for series in simulated:
+            openmetrics.write(out, as_series(series), end=False)
+        out.write("# EOF\n")
+    backfill(work / "scenarios.om", work / "tsdb")
+    return work / "tsdb"
 
 
 def names_for(scenario: Scenario, rules: compose.Rules) -> frozenset[str]:
@@ -85,9 +106,21 @@ def names_for(scenario: Scenario, rules: compose.Rules) -> frozenset[str]:
     return frozenset(set().union(*(metric_names(t, rules) for t in trees_for(scenario, rules))))
 
 
+def plan_for(scenarios: Iterable[Scenario], rules: compose.Rules) -> windows.Plan:
+    """Where, and how far back, the trees these scenarios are judged by read."""
+    trees = {tree.id: tree for s in scenarios for tree in trees_for(s, rules)}
+    return spelled(windows.plan(windows.looks(trees.values())), rules)
+
+
+def spelled(plan: windows.Plan, rules: compose.Rules) -> windows.Plan:
+    """The plan with every spelling of the names the long looks read (as `metric_names`)."""
+    variants = {v for name in plan.far_names for v in rules.ruleset.aliases.variants(name)}
+    return replace(plan, far_names=frozenset(variants))
+
+
 @dataclass(frozen=True)
 class _Keep:
-    """The windows the trees look at, and one sample an hour for the long max_over_time ranges."""
+    """The windows the trees look at, and one sample an hour for the long ranges (a max over 7 d)."""
 
     schedule: Schedule
 
@@ -96,8 +129,9 @@ class _Keep:
         return any(start <= t <= end for start, end in dense) or (t - self.schedule.origin) % 3600.0 == 0.0
 
 
-def keep_for(anchor: float) -> Callable[[float], bool]:
-    return _Keep(Schedule(anchor - HISTORY, anchor))
+def keep_for(anchor: float, plan: windows.Plan) -> Callable[[float], bool]:
+    """The ticks worth writing of a history simulated on `plan` (the simulation runs every tick)."""
+    return _Keep(Schedule(anchor - plan.history, anchor, looks=plan.dense, far=plan.far))
 
 
 def trees_for(scenario: Scenario, rules: compose.Rules) -> list[Tree]:

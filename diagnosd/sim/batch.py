@@ -8,6 +8,7 @@ faults are in force from the start of the history (configuration set before it) 
 
 from __future__ import annotations
 
+import math
 import multiprocessing
 import pickle
 from array import array
@@ -17,10 +18,12 @@ from dataclasses import dataclass
 from diagnosd.sim import history
 from diagnosd.sim.exposition import Labels
 from diagnosd.sim.scenario import Scenario, seconds
+from diagnosd.sim.schedule import LOOKS
 from diagnosd.sim.simulator import HISTORY, Simulator
 from diagnosd.sim.timeline import Timeline
 
 Keep = Callable[[float], bool]
+Looks = tuple[tuple[float, float], ...]
 
 
 @dataclass(frozen=True)
@@ -30,25 +33,59 @@ class Job:
     extra: Labels
 
 
+@dataclass(frozen=True)
+class Clock:
+    """What every simulator of a batch shares: the anchor, the seed, how far back and where densely;
+    before `anchor - far` hourly ticks, of which only `far_names` are kept."""
+
+    anchor: float
+    seed: int
+    history: float = HISTORY
+    looks: Looks = LOOKS
+    far: float = math.inf
+    far_names: frozenset[str] = frozenset()
+
+    def simulator(self, scenario: Scenario) -> Simulator:
+        return Simulator(
+            scenario, anchor=self.anchor, seed=self.seed, history=self.history, looks=self.looks, far=self.far
+        )
+
+    @property
+    def before(self) -> tuple[float, frozenset[str]] | None:
+        return None if math.isinf(self.far) else (self.anchor - self.far, self.far_names)
+
+
 def histories(
-    jobs: Sequence[Job], *, anchor: float, seed: int, keep: Keep | None = None, parallel: bool = True
+    jobs: Sequence[Job],
+    *,
+    anchor: float,
+    seed: int,
+    keep: Keep | None = None,
+    parallel: bool = True,
+    history: float = HISTORY,
+    looks: Looks = LOOKS,
+    far: tuple[float, frozenset[str]] | None = None,
 ) -> Iterator[history.Series]:
-    """Each job's series (in no particular order). Jobs that cannot fork run in a second process."""
-    alone = [j for j in jobs if (start := _first_fault(j.scenario, anchor)) is not None and start <= anchor - HISTORY]
+    """Each job's series (in no particular order). Jobs that cannot fork run in a second process.
+
+    `far` = (offset, names): before `anchor - offset` the simulators tick hourly and keep only those names.
+    """
+    clock = Clock(anchor, seed, history, looks, *(far or (math.inf, frozenset())))
+    alone = [j for j in jobs if (start := _first_fault(j.scenario, anchor)) is not None and start <= anchor - history]
     groups: dict[str, list[Job]] = {}
     for job in jobs:
         if job not in alone:
             groups.setdefault(job.scenario.fleet.model_dump_json() if job.scenario.fleet else "", []).append(job)
     if not (parallel and alone):
         for job in alone:
-            yield _alone(job, anchor, seed, keep)
+            yield _alone(job, clock, keep)
         for group in groups.values():
-            yield from _group(group, anchor=anchor, seed=seed, keep=keep)
+            yield from _group(group, clock, keep)
         return
     with multiprocessing.get_context("spawn").Pool(1) as pool:
-        pending = pool.starmap_async(_alone, [(job, anchor, seed, keep) for job in alone])
+        pending = pool.starmap_async(_alone, [(job, clock, keep) for job in alone])
         for group in groups.values():
-            yield from _group(group, anchor=anchor, seed=seed, keep=keep)
+            yield from _group(group, clock, keep)
         yield from pending.get()
 
 
@@ -57,32 +94,33 @@ def _first_fault(scenario: Scenario, anchor: float) -> float | None:
     return min(starts) if starts else None
 
 
-def _group(jobs: list[Job], *, anchor: float, seed: int, keep: Keep | None) -> Iterator[history.Series]:
+def _group(jobs: list[Job], clock: Clock, keep: Keep | None) -> Iterator[history.Series]:
+    anchor = clock.anchor
     first = jobs[0].scenario
-    base = Simulator(first.model_copy(update={"faults": []}), anchor=anchor, seed=seed)
+    base = clock.simulator(first.model_copy(update={"faults": []}))
     names = frozenset().union(*(job.names for job in jobs))
     shared: history.Series = {}
     for job in sorted(jobs, key=lambda j: _first_fault(j.scenario, anchor) or anchor):
         start = _first_fault(job.scenario, anchor)
         fork = start if start is not None else anchor + 1.0
         while base.time < anchor and base.schedule.next(base.time) < fork:
-            _tick_into(base, shared, names, keep)
+            _tick_into(base, shared, names, keep, clock)
         child = pickle.loads(pickle.dumps(base, pickle.HIGHEST_PROTOCOL))  # much faster than deepcopy
         child.scenario = job.scenario
         child.timeline = Timeline(job.scenario.faults, anchor)
-        own = history.collect(child, names=job.names, extra=job.extra, keep=keep)
+        own = history.collect(child, names=job.names, extra=job.extra, keep=keep, before=clock.before)
         yield _joined(shared, job, own)
 
 
-def _alone(job: Job, anchor: float, seed: int, keep: Keep | None) -> history.Series:
-    sim = Simulator(job.scenario, anchor=anchor, seed=seed)
-    return history.collect(sim, names=job.names, extra=job.extra, keep=keep)
+def _alone(job: Job, clock: Clock, keep: Keep | None) -> history.Series:
+    sim = clock.simulator(job.scenario)
+    return history.collect(sim, names=job.names, extra=job.extra, keep=keep, before=clock.before)
 
 
-def _tick_into(base: Simulator, shared: history.Series, names: frozenset[str], keep: Keep | None) -> None:
+def _tick_into(base: Simulator, shared: history.Series, names: frozenset[str], keep: Keep | None, clock: Clock) -> None:
     """Advance the shared run one tick, keeping its samples (without a scenario label)."""
     step = base.schedule.next(base.time)
-    shared_part = history.collect(base, names=names, keep=keep, until=step)
+    shared_part = history.collect(base, names=names, keep=keep, until=step, before=clock.before)
     for key, (times, values) in shared_part.items():
         found = shared.get(key)
         if found is None:

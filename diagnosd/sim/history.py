@@ -6,16 +6,18 @@ holds exactly the series a live server continuing the same run serves from the a
 
 from __future__ import annotations
 
+import math
 from array import array
 from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 
 from diagnosd.promlocal import openmetrics
 from diagnosd.sim import exporters
-from diagnosd.sim.exposition import Labels
+from diagnosd.sim.exposition import Family, Labels
 from diagnosd.sim.simulator import Simulator
 
 Series = dict[tuple[str, Labels], "tuple[array[float], array[float]]"]
+Collect = Callable[[Simulator, frozenset[str] | None], list[Family]]
 
 # Which exporter publishes a metric name (by prefix), to skip exporters a name filter does not need.
 PREFIXES = {
@@ -35,22 +37,24 @@ def collect(
     extra: Labels = (),
     keep: Callable[[float], bool] | None = None,
     until: float | None = None,
+    before: tuple[float, Collection[str]] | None = None,
 ) -> Series:
     """Every sample of every tick up to the anchor, by series.
 
     `names` keeps only those sample names, `keep` only the ticks it accepts (the simulation still
-    runs every tick, so the values do not change).
+    runs every tick, so the values do not change); `before` = (time, names) only those of the
+    ticks before that time (what long windows read far back).
     """
-    wanted = None if names is None else frozenset(names)
-    needed = [
-        collect_one
-        for exporter, collect_one in exporters.EXPORTERS.items()
-        if wanted is None or any(n.startswith(PREFIXES[exporter]) for n in wanted)
-    ]
+    near = _selection(None if names is None else frozenset(names))
+    cutoff, far = -math.inf, near
+    if before is not None:
+        names_far = frozenset(before[1])
+        cutoff, far = before[0], _selection(names_far if near[0] is None else names_far & near[0])
     index: Series = {}
     for t in sim.advance(sim.anchor if until is None else until):
         if keep is not None and not keep(t):
             continue
+        wanted, needed = far if t < cutoff else near
         for collect_one in needed:
             for family in collect_one(sim, wanted):
                 for sample in family.samples:
@@ -62,6 +66,16 @@ def collect(
                     found[0].append(t)
                     found[1].append(sample.value)
     return {(name, labels + extra): points for (name, labels), points in index.items()} if extra else index
+
+
+def _selection(wanted: frozenset[str] | None) -> tuple[frozenset[str] | None, list[Collect]]:
+    """The names kept, and the exporters that publish any of them (all of them: no filter)."""
+    needed: list[Collect] = [
+        collect_one
+        for exporter, collect_one in exporters.EXPORTERS.items()
+        if wanted is None or any(n.startswith(PREFIXES[exporter]) for n in wanted)
+    ]
+    return wanted, needed
 
 
 def write(path: Path, sim: Simulator, *, names: Collection[str] | None = None, extra: Labels = ()) -> int:

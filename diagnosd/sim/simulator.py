@@ -20,12 +20,13 @@ from diagnosd.sim.histogram import SGLANG_BOUNDS, Bounds, vllm_bounds
 from diagnosd.sim.model import Capacity, Engine, account, capacity, cpu_cores, step
 from diagnosd.sim.noise import jitter, stream
 from diagnosd.sim.scenario import Replace, Scenario, seconds
-from diagnosd.sim.schedule import Schedule
+from diagnosd.sim.schedule import LOOKS, Schedule
 from diagnosd.sim.spec import DeploymentKnobs, PodKnobs
 from diagnosd.sim.timeline import Timeline
 
 DAY = 86400.0
-HISTORY = 26 * 3600.0  # a day of baselines, and two hours before it
+# The default: a day of baselines, and two hours before it. The drills derive theirs from the trees.
+HISTORY = 26 * 3600.0
 PEAK_BEFORE_ANCHOR = 3600.0
 LOAD_SECONDS = 180.0  # model load before the first container became ready
 
@@ -83,6 +84,8 @@ class Simulator:
     step: float = 60.0
     coarse: float = 900.0
     live_step: float = 1.0
+    looks: tuple[tuple[float, float], ...] = LOOKS  # where the schedule ticks densely (see Schedule)
+    far: float = math.inf  # before anchor - far, hourly ticks (see Schedule)
     layout: Layout = field(init=False)
     timeline: Timeline = field(init=False)
     pods: dict[str, PodState] = field(init=False)
@@ -95,7 +98,7 @@ class Simulator:
         assert self.scenario.fleet is not None
         if self.history % self.step or self.history % self.coarse:
             raise ValueError(f"history ({self.history:g}s) must be a whole number of steps ({self.coarse:g}s)")
-        self.schedule = Schedule(self.origin, self.anchor, self.step, self.coarse, self.live_step)
+        self.schedule = Schedule(self.origin, self.anchor, self.step, self.coarse, self.live_step, self.looks, self.far)
         self.layout = layout(self.scenario.fleet)
         self.timeline = Timeline(self.scenario.faults, self.anchor)
         self.time = self.origin
