@@ -1,5 +1,5 @@
-"""Fault injection between diagnosd and Prometheus (httpx.MockTransport, and a closed port): every
-failure is an error with a precise message, or an `unknown` with its reason, never "no problem".
+"""Fault injection between diagnosd and Prometheus (respx at the HTTP seam, and a closed port):
+every failure is an error with a precise message, or an `unknown` with its reason, never "no problem".
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from diagnosd.promlocal import free_port
-from tests.api.faults import forwarding, mock_source
+from tests.fakes.prometheus import api_error, in_front_of
 from tests.serving import AT, build, counted, sample, serve, settings
 
 Failure = Callable[[httpx.Request], Coroutine[None, None, httpx.Response]]
@@ -31,8 +31,7 @@ async def broken(request: httpx.Request) -> httpx.Response:
 
 
 async def rejecting(request: httpx.Request) -> httpx.Response:
-    body = {"status": "error", "errorType": "bad_data", "error": "parse error"}
-    return httpx.Response(400, json=body)
+    return api_error(400, "bad_data", "parse error")
 
 
 async def test_an_unreachable_prometheus_is_503_with_what_failed(tmp_path: Path) -> None:
@@ -59,8 +58,8 @@ async def test_an_unreachable_prometheus_is_503_with_what_failed(tmp_path: Path)
     ],
 )
 async def test_each_failure_maps_to_its_status(tmp_path: Path, failure: Failure, status: int, code: str) -> None:
-    built = build(settings("http://127.0.0.1:9", tmp_path), source=mock_source(failure))
-    async with serve(built) as (client, services):
+    url = f"http://127.0.0.1:{free_port()}"  # nothing listens there: `failure` answers every request
+    async with in_front_of(url, failure), serve(build(settings(url, tmp_path))) as (client, services):
         response = await client.get("/diagnose/queue_backlog", params={"namespace": "prod"})
         errors = counted(services.metrics.diagnoses, trigger="api", outcome="error")
     assert response.status_code == status
@@ -74,8 +73,8 @@ async def test_a_partial_outage_is_unknown_never_clear(fleet_url: str, tmp_path:
             raise httpx.ConnectError("connection reset", request=request)
         return None
 
-    built = build(settings(fleet_url, tmp_path), source=mock_source(forwarding(fleet_url, kv_fails)))
-    async with serve(built) as (client, _):
+    built = build(settings(fleet_url, tmp_path))
+    async with in_front_of(fleet_url, kv_fails), serve(built) as (client, _):
         response = await client.get("/diagnose/queue_backlog", params={"pod": "vllm-0", "at": AT.isoformat()})
     assert response.status_code == 200
     [target] = response.json()["targets"]
@@ -93,8 +92,8 @@ async def test_findings_survive_an_outage_unresolved(fleet_url: str, tmp_path: P
             raise httpx.ConnectError("connection refused", request=request)
         return None
 
-    built = build(settings(fleet_url, tmp_path), source=mock_source(forwarding(fleet_url, outage)))
-    async with serve(built) as (client, services):
+    built = build(settings(fleet_url, tmp_path))
+    async with in_front_of(fleet_url, outage), serve(built) as (client, services):
         await client.post("/webhook/alertmanager", json=sample("webhook-received.json"))
         await services.inbox.join()
         down = True
@@ -106,7 +105,7 @@ async def test_findings_survive_an_outage_unresolved(fleet_url: str, tmp_path: P
         findings = (await client.get("/findings")).json()["findings"]
         ready = await client.get("/readyz")
         metrics = (await client.get("/metrics")).text
-        failed = services.store.alerts_by_outcome("failed")
+        failed = services.memory.alerts_by_outcome("failed")
     assert round_.outcome == "error"
     assert [(f["cause"], f["state"]) for f in findings] == [("kv_pool_full", "firing")]
     assert 'diagnosd_root_cause{cause="kv_pool_full"' in metrics
@@ -126,8 +125,8 @@ async def test_a_failed_alert_diagnosis_is_retried_when_prometheus_is_back(fleet
 
     config = settings(fleet_url, tmp_path, webhook={"retry_after": "1s"})
     now = [AT]
-    built = build(config, clock=lambda: now[0], source=mock_source(forwarding(fleet_url, outage)))
-    async with serve(built) as (client, services):
+    built = build(config, clock=lambda: now[0])
+    async with in_front_of(fleet_url, outage), serve(built) as (client, services):
         await client.post("/webhook/alertmanager", json=sample("webhook-received.json"))
         await services.inbox.join()
         before = (await client.get("/findings")).json()["count"]

@@ -1,9 +1,11 @@
-"""The Prometheus client at its boundary: answers, errors, timeouts, retries and auth headers."""
+"""The Prometheus client at its boundary: answers, errors, timeouts, retries and auth headers (the
+HTTP API faked with respx; what PromQL means is tested against a real Prometheus elsewhere)."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import AsyncExitStack
 from datetime import UTC, datetime
 
 import httpx
@@ -12,126 +14,121 @@ import respx
 
 from diagnosd.errors import QueryRejected, SourceProtocolError, SourceTimeout, SourceUnavailable
 from diagnosd.sources import PrometheusConfig, PrometheusSource
+from tests.fakes.prometheus import api_error, success, vector
 
 URL = "http://prom.test:9090"
 AT = datetime(2026, 3, 1, 12, tzinfo=UTC)
+Connect = Callable[..., PrometheusSource]
+
+pytestmark = pytest.mark.respx(base_url=URL)
 
 
-def source(handler: Callable[[httpx.Request], httpx.Response], **config: object) -> PrometheusSource:
-    cfg = PrometheusConfig(url=URL, backoff=0.0, **config)  # type: ignore[arg-type]
-    return PrometheusSource(cfg, httpx.AsyncClient(base_url=URL, transport=httpx.MockTransport(handler)))
+@pytest.fixture
+async def connect() -> AsyncIterator[Connect]:
+    """PrometheusSources on the clients their config builds (no backoff between retries), closed after."""
+    async with AsyncExitStack() as clients:
+
+        def connect(**config: object) -> PrometheusSource:
+            cfg = PrometheusConfig(url=URL, backoff=0.0, **config)  # type: ignore[arg-type]
+            client = cfg.client()
+            clients.push_async_callback(client.aclose)
+            return PrometheusSource(cfg, client)
+
+        yield connect
 
 
-def vector(*items: tuple[dict[str, str], str]) -> httpx.Response:
-    result = [{"metric": m, "value": [1.0, v]} for m, v in items]
-    return httpx.Response(200, json={"status": "success", "data": {"resultType": "vector", "result": result}})
-
-
-async def test_query_posts_promql_and_time_and_parses_special_values() -> None:
-    seen: list[httpx.Request] = []
-
-    def handler(request: httpx.Request) -> httpx.Response:
-        seen.append(request)
-        return vector(({"pod": "a"}, "1.5"), ({"pod": "b"}, "NaN"), ({"pod": "c"}, "+Inf"))
-
-    samples = await source(handler).query('up{pod="x"}', AT)
+async def test_query_posts_promql_and_time_and_parses_special_values(
+    respx_mock: respx.MockRouter, connect: Connect
+) -> None:
+    route = respx_mock.post("/api/v1/query").mock(
+        return_value=vector(({"pod": "a"}, "1.5"), ({"pod": "b"}, "NaN"), ({"pod": "c"}, "+Inf"))
+    )
+    samples = await connect().query('up{pod="x"}', AT)
     assert [(s.labels["pod"], s.value) for s in samples[::2]] == [("a", 1.5), ("c", math.inf)]
     assert math.isnan(samples[1].value)
-    form = dict(httpx.QueryParams(seen[0].content.decode()))
+    request = route.calls.last.request
+    form = dict(httpx.QueryParams(request.content.decode()))
     assert form == {"query": 'up{pod="x"}', "time": f"{AT.timestamp():.3f}", "timeout": "10s"}
-    assert seen[0].method == "POST"
-    assert seen[0].url.path == "/api/v1/query"
+    assert route.call_count == 1
 
 
-async def test_scalar_result_is_one_unlabelled_sample() -> None:
-    body = {"status": "success", "data": {"resultType": "scalar", "result": [1.0, "3"]}}
-    (sample,) = await source(lambda r: httpx.Response(200, json=body)).query("3", AT)
+async def test_scalar_result_is_one_unlabelled_sample(respx_mock: respx.MockRouter, connect: Connect) -> None:
+    respx_mock.post("/api/v1/query").mock(return_value=success({"resultType": "scalar", "result": [1.0, "3"]}))
+    (sample,) = await connect().query("3", AT)
     assert (dict(sample.labels), sample.value) == ({}, 3.0)
 
 
-async def test_bad_query_is_rejected_with_prometheus_message_and_not_retried() -> None:
-    calls = []
-
-    def handler(request: httpx.Request) -> httpx.Response:
-        calls.append(request)
-        return httpx.Response(400, json={"status": "error", "errorType": "bad_data", "error": "1:4: parse error"})
-
+async def test_bad_query_is_rejected_with_prometheus_message_and_not_retried(
+    respx_mock: respx.MockRouter, connect: Connect
+) -> None:
+    route = respx_mock.post("/api/v1/query").mock(return_value=api_error(400, "bad_data", "1:4: parse error"))
     with pytest.raises(QueryRejected) as caught:
-        await source(handler).query("up{", AT)
+        await connect().query("up{", AT)
     assert caught.value.detail == "HTTP 400 bad_data: 1:4: parse error"
     assert caught.value.query == "up{"
-    assert len(calls) == 1
+    assert route.call_count == 1
 
 
-async def test_transient_5xx_is_retried_then_succeeds() -> None:
-    replies = iter([httpx.Response(503, text="overloaded"), vector(({"pod": "a"}, "1"))])
-    samples = await source(lambda r: next(replies), retries=2).query("up", AT)
+async def test_transient_5xx_is_retried_then_succeeds(respx_mock: respx.MockRouter, connect: Connect) -> None:
+    route = respx_mock.post("/api/v1/query").mock(
+        side_effect=[httpx.Response(503, text="overloaded"), vector(({"pod": "a"}, "1"))]
+    )
+    samples = await connect(retries=2).query("up", AT)
     assert [s.value for s in samples] == [1.0]
+    assert route.call_count == 2
 
 
-async def test_retries_are_bounded() -> None:
-    calls = []
-
-    def handler(request: httpx.Request) -> httpx.Response:
-        calls.append(request)
-        return httpx.Response(503, text="<html>busy</html>")
-
+async def test_retries_are_bounded(respx_mock: respx.MockRouter, connect: Connect) -> None:
+    route = respx_mock.post("/api/v1/query").mock(return_value=httpx.Response(503, text="<html>busy</html>"))
     with pytest.raises(SourceProtocolError, match="not the API's JSON"):
-        await source(handler, retries=2).query("up", AT)
-    assert len(calls) == 3
+        await connect(retries=2).query("up", AT)
+    assert route.call_count == 3
 
 
-async def test_connection_refused_is_unavailable() -> None:
-    def handler(request: httpx.Request) -> httpx.Response:
-        raise httpx.ConnectError("connection refused", request=request)
-
+async def test_connection_refused_is_unavailable(respx_mock: respx.MockRouter, connect: Connect) -> None:
+    respx_mock.post("/api/v1/query").mock(side_effect=httpx.ConnectError("connection refused"))
     with pytest.raises(SourceUnavailable, match="cannot reach Prometheus: connection refused") as caught:
-        await source(handler, retries=1).query("up", AT)
+        await connect(retries=1).query("up", AT)
     assert caught.value.url == f"{URL}/api/v1/query"
 
 
-async def test_slow_prometheus_is_a_timeout() -> None:
-    def handler(request: httpx.Request) -> httpx.Response:
-        raise httpx.ReadTimeout("timed out", request=request)
-
+async def test_slow_prometheus_is_a_timeout(respx_mock: respx.MockRouter, connect: Connect) -> None:
+    respx_mock.post("/api/v1/query").mock(side_effect=httpx.ReadTimeout("timed out"))
     with pytest.raises(SourceTimeout, match="no answer within 10s"):
-        await source(handler, retries=0).query("up", AT)
+        await connect(retries=0).query("up", AT)
 
 
-async def test_server_side_query_timeout_is_a_timeout() -> None:
-    body = {"status": "error", "errorType": "timeout", "error": "query timed out in expression evaluation"}
+async def test_server_side_query_timeout_is_a_timeout(respx_mock: respx.MockRouter, connect: Connect) -> None:
+    respx_mock.post("/api/v1/query").mock(
+        return_value=api_error(503, "timeout", "query timed out in expression evaluation")
+    )
     with pytest.raises(SourceTimeout):
-        await source(lambda r: httpx.Response(503, json=body), retries=0).query("up", AT)
+        await connect(retries=0).query("up", AT)
 
 
 @pytest.mark.parametrize(
-    "body",
+    "data",
     [
-        {"status": "success", "data": {"resultType": "matrix", "result": []}},
-        {"status": "success", "data": {"resultType": "vector", "result": [{"metric": {}}]}},
-        {"status": "success", "data": None},
+        {"resultType": "matrix", "result": []},
+        {"resultType": "vector", "result": [{"metric": {}}]},
+        None,
     ],
 )
-async def test_wrong_answers_are_protocol_errors(body: object) -> None:
+async def test_wrong_answers_are_protocol_errors(respx_mock: respx.MockRouter, connect: Connect, data: object) -> None:
+    respx_mock.post("/api/v1/query").mock(return_value=success(data))
     with pytest.raises(SourceProtocolError):
-        await source(lambda r: httpx.Response(200, json=body)).query("up", AT)
+        await connect().query("up", AT)
 
 
-async def test_metric_names_asks_only_for_candidates() -> None:
-    seen: list[httpx.Request] = []
-
-    def handler(request: httpx.Request) -> httpx.Response:
-        seen.append(request)
-        return httpx.Response(200, json={"status": "success", "data": ["vllm_a", "unrelated"]})
-
-    found = await source(handler).metric_names({"vllm:a", "vllm_a"}, AT, AT)
+async def test_metric_names_asks_only_for_candidates(respx_mock: respx.MockRouter, connect: Connect) -> None:
+    route = respx_mock.get("/api/v1/label/__name__/values").mock(return_value=success(["vllm_a", "unrelated"]))
+    found = await connect().metric_names({"vllm:a", "vllm_a"}, AT, AT)
     assert found == {"vllm_a"}
-    assert seen[0].url.params["match[]"] == '{__name__=~"vllm:a|vllm_a"}'
+    assert route.calls.last.request.url.params["match[]"] == '{__name__=~"vllm:a|vllm_a"}'
 
 
-@respx.mock
-async def test_auth_and_extra_headers_are_sent() -> None:
-    route = respx.post(f"{URL}/api/v1/query").mock(return_value=vector())
+async def test_auth_and_extra_headers_are_sent(respx_mock: respx.MockRouter) -> None:
+    route = respx_mock.post("/api/v1/query").mock(return_value=vector())
     config = PrometheusConfig(url=URL, bearer_token="s3cret", headers={"X-Scope-OrgID": "tenant-a"})
     async with config.client() as client:
         await PrometheusSource(config, client).query("up", AT)
@@ -141,43 +138,38 @@ async def test_auth_and_extra_headers_are_sent() -> None:
     assert "s3cret" not in repr(config)
 
 
-@respx.mock
-async def test_basic_auth_is_sent() -> None:
-    route = respx.post(f"{URL}/api/v1/query").mock(return_value=vector())
+async def test_basic_auth_is_sent(respx_mock: respx.MockRouter) -> None:
+    route = respx_mock.post("/api/v1/query").mock(return_value=vector())
     config = PrometheusConfig(url=URL, basic_auth=("user", "pw"))
     async with config.client() as client:
         await PrometheusSource(config, client).query("up", AT)
     assert route.calls.last.request.headers["Authorization"] == "Basic dXNlcjpwdw=="
 
 
-async def test_warnings_of_a_partial_answer_reach_the_samples() -> None:
+async def test_warnings_of_a_partial_answer_reach_the_samples(respx_mock: respx.MockRouter, connect: Connect) -> None:
     """Thanos / Mimir answer success with `warnings` when a store or ingester was missing."""
     from diagnosd.sources.base import Samples, warnings_of
 
     warning = "receive 10.0.0.7:10901: rpc error: code = Unavailable"
-
-    def handler(request: httpx.Request) -> httpx.Response:
-        body = {
-            "status": "success",
-            "warnings": [warning, "PromQL info: metric might not be a counter, name does not end in _total"],
-            "data": {"resultType": "vector", "result": [{"metric": {"pod": "a"}, "value": [1.0, "2"]}]},
-        }
-        return httpx.Response(200, json=body)
-
-    samples = await source(handler).query("up", AT)
+    info = "PromQL info: metric might not be a counter, name does not end in _total"
+    respx_mock.post("/api/v1/query").mock(return_value=vector(({"pod": "a"}, "2"), warnings=[warning, info]))
+    samples = await connect().query("up", AT)
     assert isinstance(samples, Samples)
     assert [s.value for s in samples] == [2.0]
     assert warnings_of(samples) == (warning,)
 
 
-async def test_a_complete_answer_has_no_warnings() -> None:
+async def test_a_complete_answer_has_no_warnings(respx_mock: respx.MockRouter, connect: Connect) -> None:
     from diagnosd.sources.base import warnings_of
 
-    samples = await source(lambda r: vector(({"pod": "a"}, "1"))).query("up", AT)
+    respx_mock.post("/api/v1/query").mock(return_value=vector(({"pod": "a"}, "1")))
+    samples = await connect().query("up", AT)
     assert warnings_of(samples) == ()
 
 
-async def test_a_partial_answer_makes_a_would_be_clear_check_unknown() -> None:
+async def test_a_partial_answer_makes_a_would_be_clear_check_unknown(
+    respx_mock: respx.MockRouter, connect: Connect
+) -> None:
     """From the HTTP response to the verdict: warnings never let a check read clear."""
     from diagnosd.engine import Evaluator
     from diagnosd.findings import Reason, Verdict
@@ -202,19 +194,14 @@ async def test_a_partial_answer_makes_a_would_be_clear_check_unknown() -> None:
         }
     )
 
-    def handler(request: httpx.Request) -> httpx.Response:
-        if request.url.path.startswith("/api/v1/label"):
-            return httpx.Response(200, json={"status": "success", "data": ["waiting", "kv"]})
+    def answer(request: httpx.Request) -> httpx.Response:
         query = dict(httpx.QueryParams(request.content.decode()))["query"]
         value = "50" if "waiting" in query else "0.5"
-        body = {
-            "status": "success",
-            "warnings": ["store 10.0.0.7 did not answer"],
-            "data": {"resultType": "vector", "result": [{"metric": {"pod": "a"}, "value": [1.0, value]}]},
-        }
-        return httpx.Response(200, json=body)
+        return vector(({"pod": "a"}, value), warnings=["store 10.0.0.7 did not answer"])
 
-    diagnosis = await Evaluator(source(handler)).diagnose(tree, None, AT)
+    respx_mock.get(path__startswith="/api/v1/label").mock(return_value=success(["waiting", "kv"]))
+    respx_mock.post("/api/v1/query").mock(side_effect=answer)
+    diagnosis = await Evaluator(connect()).diagnose(tree, None, AT)
     target = diagnosis.targets[0]
     assert target.symptom_present is True
     assert target.detect.warnings == ("store 10.0.0.7 did not answer",)
