@@ -1,9 +1,15 @@
-"""What the benchmarks share: a query counter around the composition root's source."""
+"""What the benchmarks share: a query counter around the composition root's source, and a recorder
+that replays a diagnosis' requests."""
 
 from __future__ import annotations
 
+import contextlib
+import time
+from collections.abc import Awaitable, Callable, Collection
+from datetime import datetime
+
 from diagnosd.errors import SourceError
-from diagnosd.sources.base import QuerySource
+from diagnosd.sources.base import QuerySource, Sample
 from diagnosd.sources.metered import MeteredSource
 
 
@@ -19,3 +25,38 @@ class QueryCounter:
     def _report(self, endpoint: str, seconds: float, error: SourceError | None) -> None:
         if endpoint == "query":
             self.queries += 1
+
+
+Replay = Callable[[], Awaitable[float]]
+
+
+class Recorder:
+    """Passes every request through and keeps it, to send it again (`replays`: each times itself)."""
+
+    def __init__(self, inner: QuerySource) -> None:
+        self._inner = inner
+        self._calls: list[Callable[[], Awaitable[object]]] = []
+
+    async def query(self, promql: str, at: datetime) -> list[Sample]:
+        self._calls.append(lambda: self._inner.query(promql, at))
+        return await self._inner.query(promql, at)
+
+    async def metric_names(self, candidates: Collection[str], start: datetime, end: datetime) -> set[str]:
+        self._calls.append(lambda: self._inner.metric_names(candidates, start, end))
+        return await self._inner.metric_names(candidates, start, end)
+
+    async def metadata(self, names: Collection[str]) -> dict[str, str] | None:
+        self._calls.append(lambda: self._inner.metadata(names))
+        return await self._inner.metadata(names)
+
+    def replays(self) -> list[Replay]:
+        def timed(call: Callable[[], Awaitable[object]]) -> Replay:
+            async def again() -> float:
+                start = time.perf_counter()
+                with contextlib.suppress(SourceError):  # a request that fails again took its time too
+                    await call()
+                return time.perf_counter() - start
+
+            return again
+
+        return [timed(call) for call in self._calls]

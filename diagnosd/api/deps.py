@@ -21,7 +21,9 @@ from diagnosd.trees import Tree
 RESERVED = frozenset({"at", "format", "lang", "match", "verbose"})
 
 
-def services(request: Request) -> Services:
+# The dependencies that only look something up are coroutines: FastAPI runs a plain function in
+# its thread pool, a hand-off that costs more than the lookup (it dominated the webhook's ack).
+async def services(request: Request) -> Services:
     found: Services = request.app.state.services
     return found
 
@@ -29,19 +31,19 @@ def services(request: Request) -> Services:
 ServicesDep = Annotated[Services, Depends(services)]
 
 
-def credentials(request: Request) -> Credentials:
+async def credentials(request: Request) -> Credentials:
     found: Credentials = request.app.state.credentials
     return found
 
 
-def require_api(
+async def require_api(
     creds: Annotated[Credentials, Depends(credentials)],
     authorization: Annotated[str | None, Header(include_in_schema=False)] = None,
 ) -> None:
     creds.check_api(authorization)
 
 
-def require_webhook(
+async def require_webhook(
     creds: Annotated[Credentials, Depends(credentials)],
     authorization: Annotated[str | None, Header(include_in_schema=False)] = None,
 ) -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry
 
 from diagnosd.daemon.alertmanager.inbox import Inbox
+from diagnosd.daemon.alertmanager.memory import DeliveryMemory
 from diagnosd.daemon.diagnoser import Diagnoser
 from diagnosd.daemon.scheduler import Scheduler
 from diagnosd.daemon.settings import Settings
@@ -26,10 +27,10 @@ from diagnosd.findings.tracker import Tracker
 from diagnosd.moments import utc_now
 from diagnosd.sinks.metrics import FindingsCollector, Metrics
 from diagnosd.sources import PrometheusConfig, PrometheusSource, QuerySource
+from diagnosd.storage import open_database
 from diagnosd.topology import DEFAULT as DEFAULT_TOPOLOGY
 from diagnosd.topology import Topology
 from diagnosd.trees import RuleSet, load_rules
-from diagnosd.trees.aliases import Aliases, load_aliases
 from diagnosd.trees.location import rules_dir_variable, shipped_rules_dir
 
 log = logging.getLogger(__name__)
@@ -43,14 +44,13 @@ def default_rules_dir() -> Path:
 @dataclass(frozen=True)
 class Rules:
     ruleset: RuleSet
-    aliases: Aliases
     directory: Path
 
 
 def load(directory: Path | None = None) -> Rules:
     """Load and validate rules; raises RulesError with every problem."""
     where = directory or default_rules_dir()
-    return Rules(load_rules(where), load_aliases(where), where)
+    return Rules(load_rules(where), where)
 
 
 @asynccontextmanager
@@ -71,7 +71,6 @@ async def diagnoser(
         yield Diagnoser(
             wrap(source) if wrap else source,
             rules.ruleset,
-            rules.aliases,
             params=params,
             strict_labels=strict_labels,
             topology=topology,
@@ -157,6 +156,7 @@ class Services:
     runtime: Runtime
     source: QuerySource
     store: Store
+    memory: DeliveryMemory
     metrics: Metrics
     tracker: Tracker
     diagnoser: Diagnoser
@@ -169,8 +169,11 @@ async def open_services(runtime: Runtime) -> AsyncIterator[Services]:
     settings = runtime.settings
     async with AsyncExitStack() as stack:
         source = await stack.enter_async_context(runtime.source())
-        store = Store.open(settings.store.path)
-        stack.callback(store.close)
+        # One database for the findings store and the delivery memory.
+        database = open_database(settings.store.path)
+        stack.callback(database.close)
+        store = Store(database)
+        memory = DeliveryMemory(database)
         metrics = Metrics(runtime.registry)
         stack.callback(metrics.close)
         metrics.trees.set(len(runtime.rules.ruleset.trees))
@@ -186,7 +189,6 @@ async def open_services(runtime: Runtime) -> AsyncIterator[Services]:
         diagnoser = Diagnoser(
             source,
             runtime.rules.ruleset,
-            runtime.rules.aliases,
             metrics,
             strict_labels=settings.prometheus.strict_labels,
             params=settings.params,
@@ -195,7 +197,7 @@ async def open_services(runtime: Runtime) -> AsyncIterator[Services]:
         )
         hook = settings.webhook
         inbox = Inbox(
-            store,
+            memory,
             tracker,
             diagnoser,
             metrics,
@@ -204,16 +206,18 @@ async def open_services(runtime: Runtime) -> AsyncIterator[Services]:
             workers=hook.workers,
             max_attempts=hook.max_attempts,
             retry_after=hook.retry_after,
+            coalesce_window=hook.coalesce_window,
+            strict_labels=settings.prometheus.strict_labels,
         )
         await inbox.start()
         stack.push_async_callback(inbox.stop)
-        scheduler = Scheduler(settings, diagnoser, tracker, store, inbox, metrics, runtime.clock)
+        scheduler = Scheduler(settings, diagnoser, tracker, store, memory, inbox, metrics, runtime.clock)
         scheduler.start()
         stack.push_async_callback(scheduler.stop)
         log.info(
             "diagnosd ready: %d trees, %d active findings, store %s",
             len(runtime.rules.ruleset.trees),
             len(tracker.active()),
-            store.path,
+            database.path,
         )
-        yield Services(runtime, source, store, metrics, tracker, diagnoser, inbox, scheduler)
+        yield Services(runtime, source, store, memory, metrics, tracker, diagnoser, inbox, scheduler)

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import StrEnum
 
-from diagnosd.engine import Evaluator, Scope
+from diagnosd.engine import Looking, Scope
 from diagnosd.engine.triage import triage
 from diagnosd.errors import SourceError, SourceTimeout, SourceUnavailable, UnknownSymptom
 from diagnosd.findings.lifecycle import Trigger
@@ -25,7 +25,6 @@ from diagnosd.sources.metered import MeteredSource
 from diagnosd.topology import DEFAULT as DEFAULT_TOPOLOGY
 from diagnosd.topology import Topology
 from diagnosd.trees import RuleSet, Tree
-from diagnosd.trees.aliases import Aliases
 
 
 class Outcome(StrEnum):
@@ -56,7 +55,6 @@ class Diagnoser:
         self,
         source: QuerySource,
         ruleset: RuleSet,
-        aliases: Aliases,
         metrics: Metrics | None = None,
         *,
         strict_labels: Sequence[str] = (),
@@ -66,12 +64,9 @@ class Diagnoser:
     ) -> None:
         self._source = source
         self.ruleset = ruleset
-        self._aliases = aliases
         self._metrics = metrics
-        self._strict = tuple(strict_labels)
         self._params = params or {}
-        self._topology = topology
-        self._clock = clock
+        self.looking = Looking(ruleset.aliases, frozenset(strict_labels), topology, clock)
 
     @property
     def source(self) -> QuerySource:
@@ -91,12 +86,12 @@ class Diagnoser:
         at: datetime | None,
         trigger: Trigger,
         overrides: Mapping[str, float | str] | None = None,
+        source: QuerySource | None = None,
     ) -> Looked:
-        """`overrides`: this call's tree params, over the configured ones."""
-        source = MeteredSource(self._source, self._metrics.query if self._metrics else None)
-        evaluator = Evaluator(
-            source, self._aliases, strict_labels=self._strict, topology=self._topology, clock=self._clock
-        )
+        """`overrides`: this call's tree params, over the configured ones. `source`: read there
+        instead of the shared source (a round's memo around it), metered the same."""
+        source = MeteredSource(source or self._source, self._metrics.query if self._metrics else None)
+        evaluator = self.looking.evaluator(source)
         start = time.perf_counter()
         outcome = Outcome.ERROR
         try:
@@ -118,14 +113,10 @@ class Diagnoser:
         return await triage(
             source,
             self.ruleset.trees.values(),
-            self._aliases,
             scope,
             at,
+            looking=replace(self.looking, history_start=history_start),
             params=self._params,
-            strict_labels=self._strict,
-            history_start=history_start,
-            topology=self._topology,
-            clock=self._clock,
         )
 
 

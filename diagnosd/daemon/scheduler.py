@@ -20,6 +20,7 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from apscheduler.triggers.interval import IntervalTrigger
 
 from diagnosd.daemon.alertmanager.inbox import Inbox
+from diagnosd.daemon.alertmanager.memory import DeliveryMemory
 from diagnosd.daemon.diagnoser import Diagnoser, Outcome
 from diagnosd.daemon.settings.model import Settings
 from diagnosd.engine import Scope
@@ -28,6 +29,8 @@ from diagnosd.findings.lifecycle import Trigger
 from diagnosd.findings.store import Store
 from diagnosd.findings.tracker import Tracker
 from diagnosd.sinks.metrics import Metrics
+from diagnosd.sources.base import QuerySource
+from diagnosd.sources.memo import MemoSource
 from diagnosd.trees import Tree
 
 log = logging.getLogger(__name__)
@@ -52,6 +55,7 @@ class Scheduler:
         diagnoser: Diagnoser,
         tracker: Tracker,
         store: Store,
+        memory: DeliveryMemory,
         inbox: Inbox,
         metrics: Metrics,
         clock: Callable[[], datetime],
@@ -60,6 +64,7 @@ class Scheduler:
         self._diagnoser = diagnoser
         self._tracker = tracker
         self._store = store
+        self._memory = memory
         self._inbox = inbox
         self._metrics = metrics
         self._clock = clock
@@ -76,7 +81,11 @@ class Scheduler:
         scope = Scope.of(self._settings.scheduler.scope)
         limit = asyncio.Semaphore(self._settings.scheduler.concurrency)
         trees = self.trees()
-        outcomes = await asyncio.gather(*(self._tree(tree, scope, limit) for tree in trees))
+        # One moment and one memo for the round: a query two trees ask (same text, same moment)
+        # is sent once; the memo goes with the round, so nothing it holds outlives it.
+        at = self._clock()
+        memo = MemoSource(self._diagnoser.source)
+        outcomes = await asyncio.gather(*(self._tree(tree, scope, at, memo, limit) for tree in trees))
         per_tree = dict(zip((t.id for t in trees), outcomes, strict=True))
         values = set(per_tree.values())
         outcome = (
@@ -91,10 +100,12 @@ class Scheduler:
             log.warning("round %s in %.2fs: %s", outcome, seconds, per_tree)
         return RoundResult(outcome, per_tree, seconds)
 
-    async def _tree(self, tree: Tree, scope: Scope, limit: asyncio.Semaphore) -> Outcome:
+    async def _tree(
+        self, tree: Tree, scope: Scope, at: datetime, source: QuerySource, limit: asyncio.Semaphore
+    ) -> Outcome:
         async with limit:
             try:
-                looked = await self._diagnoser.diagnose(tree, scope, self._clock(), Trigger.ROUND)
+                looked = await self._diagnoser.diagnose(tree, scope, at, Trigger.ROUND, source=source)
                 self._tracker.record(
                     looked.diagnosis,
                     trigger=Trigger.ROUND,
@@ -114,7 +125,7 @@ class Scheduler:
         now = self._clock()
         before = now - self._settings.store.retention
         for _ in range(PURGE_CHUNKS):
-            if self._store.purge(before) == 0:
+            if self._store.purge(before) + self._memory.purge(before) == 0:
                 break
             await asyncio.sleep(0)  # let requests through between chunks
         self._tracker.expire(now, self._settings.findings.state_ttl)

@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from diagnosd.daemon.compose import Runtime, Services
-from tests.api.faults import forwarding, mock_source
+from tests.fakes.prometheus import in_front_of
 from tests.serving import HOOK_TOKEN, TOKEN, build, counted, sample, serve, settings
 
 HOOK = "/webhook/alertmanager"
@@ -72,7 +72,7 @@ async def test_the_scope_is_the_target_labels_and_model_name_only(fleet_url: str
     body["alerts"][0]["labels"].update({"job": "other", "instance": "10.0.0.1:8000", "team": "x"})
     async with daemon(build(settings(fleet_url, tmp_path))) as (client, services):
         await deliver(client, services, body)
-        [job] = services.store.alerts_by_outcome("done")
+        [job] = services.memory.alerts_by_outcome("done")
     assert job.request["scope"] == {"namespace": "prod", "pod": "vllm-0", "model_name": "llama"}
 
 
@@ -135,7 +135,7 @@ async def test_resolved_alerts_inside_a_firing_group_are_not_diagnosed(fleet_url
     config = settings(fleet_url, tmp_path, webhook={"alertname_map": {"VLLMHighTTFT": "queue_backlog"}})
     async with daemon(build(config)) as (client, services):
         response = await deliver(client, services, body)
-        done = {r.key[1]: r.request["scope"] for r in services.store.alerts_by_outcome("done")}
+        done = {r.key[1]: r.request["scope"] for r in services.memory.alerts_by_outcome("done")}
     assert response.json()["queued"] == 2
     assert diagnoses(services) == 1
     assert done == {
@@ -246,19 +246,46 @@ async def test_an_oversized_body_is_413(fleet_url: str, tmp_path: Path) -> None:
     assert healthy.status_code == 200
 
 
-async def test_a_full_queue_answers_503_so_alertmanager_retries(fleet_url: str, tmp_path: Path) -> None:
-    body = sample("webhook-example.json")  # two alerts
-    config = settings(
-        fleet_url, tmp_path, webhook={"queue_size": 1, "alertname_map": {"VLLMHighTTFT": "queue_backlog"}}
-    )
+def storm(count: int) -> dict[str, Any]:
+    """One group of `count` distinct firing alerts of queue_backlog, one pod each."""
+    body = sample("webhook-received.json")
+    [alert] = body["alerts"]
+    body["alerts"] = [
+        copy.deepcopy(alert) | {"fingerprint": f"{n:016x}", "labels": {**alert["labels"], "pod": f"vllm-{n}"}}
+        for n in range(count)
+    ]
+    return body
+
+
+async def test_a_delivery_bigger_than_the_queue_is_taken_whole(fleet_url: str, tmp_path: Path) -> None:
+    config = settings(fleet_url, tmp_path, webhook={"queue_size": 256, "coalesce_window": "0s"})
     async with daemon(build(config)) as (client, services):
-        response = await client.post(HOOK, json=body)
-        queued = services.store.alerts_by_outcome("queued")
+        await services.inbox.stop()  # no worker: the 300 jobs stay waiting
+        response = await client.post(HOOK, json=storm(300))
+        queued = services.memory.alerts_by_outcome("queued")
+    assert response.status_code == 202
+    assert response.json()["queued"] == 300
+    assert len(queued) == 300
+
+
+async def test_a_backlog_over_its_bound_answers_503_so_alertmanager_retries(fleet_url: str, tmp_path: Path) -> None:
+    mapped = {"VLLMHighTTFT": "queue_backlog", "VLLMQueueBacklog": "queue_backlog"}
+    config = settings(fleet_url, tmp_path, webhook={"queue_size": 1, "alertname_map": mapped})
+    async with daemon(build(config)) as (client, services):
+        await services.inbox.stop()
+        first = await client.post(HOOK, json=sample("webhook-example.json"))  # two alerts, one batch: one job
+        joining = await client.post(HOOK, json=sample("webhook-received.json"))  # joins the open batch
+        response = await client.post(HOOK, json=sample("webhook-example-resolved.json"))  # two more jobs
+        resent = await client.post(HOOK, json=sample("webhook-example.json"))
+        queued = {r.key[1] for r in services.memory.alerts_by_outcome("queued")}
+    assert (first.status_code, first.json()["queued"]) == (202, 2)
+    assert (joining.status_code, joining.json()["queued"]) == (202, 1)
     assert response.status_code == 503
     assert response.headers["retry-after"] == "5"
     assert response.json()["error"] == "queue_full"
-    assert queued == []  # all or nothing: Alertmanager's retry brings the whole group again
+    assert queued == {"firing"}  # the refused resolutions were not recorded: Alertmanager brings them again
     assert deliveries(services, "queue_full") == 1
+    assert (resent.status_code, resent.json()["duplicates"]) == (202, 2)  # re-sends are never refused
 
 
 async def test_the_webhook_answers_before_the_diagnosis_is_done(fleet_url: str, tmp_path: Path) -> None:
@@ -267,8 +294,8 @@ async def test_the_webhook_answers_before_the_diagnosis_is_done(fleet_url: str, 
     async def hold(request: httpx.Request) -> None:
         await release.wait()
 
-    built = build(settings(fleet_url, tmp_path), source=mock_source(forwarding(fleet_url, hold)))
-    async with daemon(built) as (client, services):
+    built = build(settings(fleet_url, tmp_path))
+    async with in_front_of(fleet_url, hold), daemon(built) as (client, services):
         response = await asyncio.wait_for(client.post(HOOK, json=sample("webhook-received.json")), timeout=2)
         pending = (await client.get("/findings")).json()["count"]
         release.set()
@@ -321,7 +348,7 @@ async def test_queued_alerts_survive_a_restart_and_are_diagnosed_after_it(fleet_
     async with daemon(build(config)) as (client, services):
         await services.inbox.stop()  # no worker: the job waits in the queue when the daemon stops
         accepted = await client.post(HOOK, json=sample("webhook-received.json"))
-        assert [r.outcome for r in services.store.alerts_by_outcome("queued")] == ["queued"]
+        assert [r.outcome for r in services.memory.alerts_by_outcome("queued")] == ["queued"]
     async with daemon(build(config)) as (client, services):
         await services.inbox.join()
         findings = (await client.get("/findings")).json()["findings"]
@@ -333,24 +360,26 @@ async def test_queued_alerts_survive_a_restart_and_are_diagnosed_after_it(fleet_
 
 
 async def test_a_resolution_overtaking_its_diagnosis_leaves_no_finding(fleet_url: str, tmp_path: Path) -> None:
-    release = asyncio.Event()
+    started, release = asyncio.Event(), asyncio.Event()
 
     async def hold(request: httpx.Request) -> None:
+        started.set()
         await release.wait()
 
     firing = sample("webhook-received.json")
     resolved = copy.deepcopy(firing)
     resolved["alerts"][0] |= {"status": "resolved", "endsAt": "2026-11-29T14:30:00Z"}
-    built = build(settings(fleet_url, tmp_path), source=mock_source(forwarding(fleet_url, hold)))
-    async with daemon(built) as (client, services):
+    built = build(settings(fleet_url, tmp_path))
+    async with in_front_of(fleet_url, hold), daemon(built) as (client, services):
         await client.post(HOOK, json=firing)  # one worker diagnoses it, held by `release`
+        await asyncio.wait_for(started.wait(), timeout=5)  # once its window closed
         await client.post(HOOK, json=resolved)  # the other worker resolves meanwhile
         async with asyncio.timeout(5):
-            while not services.store.alerts_by_outcome("done"):  # noqa: ASYNC110 - another task's progress
+            while not services.memory.alerts_by_outcome("done"):  # noqa: ASYNC110 - another task's progress
                 await asyncio.sleep(0.01)
         release.set()
         await services.inbox.join()
-        outcomes = {r.key[1]: r.outcome for o in ("done", "superseded") for r in services.store.alerts_by_outcome(o)}
+        outcomes = {r.key[1]: r.outcome for o in ("done", "superseded") for r in services.memory.alerts_by_outcome(o)}
         findings = (await client.get("/findings")).json()["count"]
     assert outcomes == {"firing": "superseded", "resolved": "done"}
     assert findings == 0

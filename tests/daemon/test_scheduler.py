@@ -14,7 +14,7 @@ import pytest
 from diagnosd.daemon.scheduler import Scheduler
 from diagnosd.findings.lifecycle import State, Trigger
 from diagnosd.findings.store import FindingQuery
-from tests.api.faults import forwarding, mock_source
+from tests.fakes.prometheus import in_front_of
 from tests.findings.builders import diagnosis
 from tests.serving import AT, build, counted, fleet_prometheus, serve, settings
 
@@ -68,8 +68,8 @@ async def test_one_failing_tree_never_stops_the_round(
             raise RuntimeError("a bug somewhere below the engine")
         return None
 
-    built = build(settings(fleet_url, tmp_path), source=mock_source(forwarding(fleet_url, bug)))
-    async with serve(built) as (_, services):
+    built = build(settings(fleet_url, tmp_path))
+    async with in_front_of(fleet_url, bug), serve(built) as (_, services):
         result = await services.scheduler.run_round()
         causes = [f.cause for f in services.store.findings(FindingQuery())]
     assert result.outcome == "partial"
@@ -86,11 +86,18 @@ async def test_an_overrunning_round_is_skipped_not_stacked(
         await asyncio.sleep(0.3)
 
     config = settings(fleet_url, tmp_path, scheduler={"interval": "100ms"})
-    built = build(config, source=mock_source(forwarding(fleet_url, slow)))
-    async with serve(built) as (_, services):
+    built = build(config)
+    async with in_front_of(fleet_url, slow), serve(built) as (_, services):
         live = config.model_copy(update={"scheduler": config.scheduler.model_copy(update={"enabled": True})})
         scheduler = Scheduler(
-            live, services.diagnoser, services.tracker, services.store, services.inbox, services.metrics, built.clock
+            live,
+            services.diagnoser,
+            services.tracker,
+            services.store,
+            services.memory,
+            services.inbox,
+            services.metrics,
+            built.clock,
         )
         running = peak = finished = 0
         original = scheduler.run_round
@@ -129,10 +136,13 @@ async def test_housekeeping_applies_retention(fleet_url: str, tmp_path: Path) ->
             empty = diagnosis(symptom=symptom)
             services.tracker.record(empty, trigger=Trigger.ROUND, now=now[0], for_=timedelta(0), complete_scope={})
         resolved = services.store.findings(FindingQuery(states=(State.RESOLVED,)))
+        services.memory.remember(("old", "firing", "t"), {}, "done", now[0])
         now[0] = AT + timedelta(hours=2)
         await services.scheduler.housekeeping()
         after = services.store.findings(FindingQuery())
         states = services.tracker.states(now[0], timedelta(days=1))
+        delivery = services.memory.alert(("old", "firing", "t"))
     assert len(resolved) == 2
     assert after == []
     assert states == []
+    assert delivery is None

@@ -12,8 +12,8 @@ from diagnosd.engine import Evaluator
 from diagnosd.engine.evaluator import sustained_query
 from diagnosd.engine.walk import _change
 from diagnosd.findings import Verdict
-from diagnosd.findings.codec import decode_evidence, encode_evidence
 from diagnosd.findings.model import Evidence, RootCause
+from diagnosd.findings.stored import decode_evidence, encode_evidence
 from diagnosd.render.text import render
 from diagnosd.trees.model import Condition, Severity, Text, Tree
 from tests.engine.fakes import FakeSource, samples

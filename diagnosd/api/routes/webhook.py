@@ -1,5 +1,6 @@
-"""POST /webhook/alertmanager: takes an Alertmanager delivery, answers 202 at once, and leaves the
-diagnoses to the inbox's workers. A full queue answers 503 so that Alertmanager retries.
+"""POST /webhook/alertmanager: takes an Alertmanager delivery, answers 202 once its new alert states
+are recorded, and leaves the diagnoses to the inbox's workers (it never awaits one). While the
+inbox's backlog is over its bound it answers 503 with Retry-After, so that Alertmanager retries.
 """
 
 from __future__ import annotations

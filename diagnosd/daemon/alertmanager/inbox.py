@@ -1,27 +1,35 @@
-"""The alert inbox: a bounded queue of alert jobs, worked by a few tasks in the background.
+"""The alert inbox: new alert states recorded durably, gathered into jobs, worked in the background.
 
 Every distinct alert state (fingerprint, status, startsAt) is remembered in the store when it is
-queued, so the same state delivered twice (Alertmanager HA), re-sent every repeat_interval, or
+offered, so the same state delivered twice (Alertmanager HA), re-sent every repeat_interval, or
 delivered again after a restart is diagnosed once. A firing state whose diagnosis could not run
 (Prometheus down) is tried again later; its resolution cancels that.
+
+A job is a batch (coalesce.py): the firing alerts of one symptom received within one
+`coalesce_window` wait for the window to close and are diagnosed by one evaluation; a resolution
+is a job of its own, worked before any diagnosis. The bound (`queue_size`) counts jobs waiting,
+not alerts: a delivery that would add a job is refused only while that many jobs already wait,
+and is otherwise taken whole however many alerts it holds, so no delivery is refused forever.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from enum import StrEnum
+from enum import IntEnum, StrEnum
 
+from diagnosd.daemon.alertmanager.coalesce import BatchKey, batch_key, part, shared_scope, window_start
+from diagnosd.daemon.alertmanager.memory import AlertRecord, DeliveryMemory
 from diagnosd.daemon.alertmanager.payload import AlertJob
 from diagnosd.daemon.diagnoser import Diagnoser
 from diagnosd.engine import Scope
 from diagnosd.errors import DiagnosdError, QueueFull, SourceError
 from diagnosd.findings.lifecycle import Trigger
-from diagnosd.findings.store import AlertRecord, Store
 from diagnosd.findings.tracker import Tracker
 from diagnosd.sinks.metrics import Metrics
 
@@ -37,6 +45,24 @@ class Delivery(StrEnum):
     SUPERSEDED = "superseded"  # a newer state of the same alert replaced it
 
 
+class _Priority(IntEnum):
+    # Resolutions are cheap (no query) and end findings: they never wait behind a diagnosis.
+    RESOLVE = 0
+    DIAGNOSE = 1
+
+
+@dataclass
+class Batch:
+    """One job: the firing alerts of one symptom and window, or one resolution."""
+
+    jobs: list[AlertJob] = field(default_factory=list)
+
+    @property
+    def at(self) -> datetime:
+        """When to diagnose: the latest receipt (every one lies within the same window)."""
+        return max(job.received_at for job in self.jobs)
+
+
 @dataclass(frozen=True)
 class Offer:
     queued: tuple[AlertJob, ...]
@@ -46,7 +72,7 @@ class Offer:
 class Inbox:
     def __init__(
         self,
-        store: Store,
+        store: DeliveryMemory,
         tracker: Tracker,
         diagnoser: Diagnoser,
         metrics: Metrics,
@@ -56,44 +82,102 @@ class Inbox:
         workers: int,
         max_attempts: int,
         retry_after: timedelta,
+        coalesce_window: timedelta = timedelta(0),
+        strict_labels: Sequence[str] = (),
     ) -> None:
         self._store = store
         self._tracker = tracker
         self._diagnoser = diagnoser
         self._metrics = metrics
         self._clock = clock
-        self._queue: asyncio.Queue[AlertJob] = asyncio.Queue(capacity)
+        self._queue: asyncio.PriorityQueue[tuple[int, int, Batch]] = asyncio.PriorityQueue()
+        self._order = itertools.count()
         self._capacity = capacity
         self._workers = workers
         self._max_attempts = max_attempts
         self._retry_after = retry_after
+        self._window = coalesce_window
+        self._strict = tuple(strict_labels)
+        # Batches still gathering alerts, each closed by a timer of the event loop.
+        self._open: dict[BatchKey, Batch] = {}
+        # Jobs open or queued (the bound), and jobs not finished (what join() waits for).
+        self._waiting = 0
+        self._unfinished = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
         self._inflight: set[tuple[str, str, str]] = set()
         self._tasks: list[asyncio.Task[None]] = []
 
+    @property
+    def waiting(self) -> int:
+        """Jobs gathering alerts or queued for a worker (what `capacity` bounds)."""
+        return self._waiting
+
     def offer(self, jobs: Sequence[AlertJob]) -> Offer:
-        """Queue the states not seen before, all or none; raises QueueFull when they do not fit."""
-        fresh = [job for job in jobs if self._fresh(job)]
-        if len(fresh) > self._capacity - self._queue.qsize():
-            raise QueueFull(self._capacity, len(fresh))
+        """Record the states not seen before and queue them; raises QueueFull while the backlog is full.
+
+        Answers once the new states are in the store (QUEUED), never after a diagnosis.
+        """
+        records = {job.key: self._store.alert(job.key) for job in jobs if job.key not in self._inflight}
+        fresh = [job for job in jobs if job.key in records and _fresh(records[job.key])]
+        needed = self._jobs_needed(fresh)
+        if needed and self._waiting >= self._capacity:
+            raise QueueFull(self._capacity, needed)
         now = self._clock()
+        self._remember_many(fresh, now)
         for job in fresh:
-            self._store.remember(job.key, job.as_dict(), Delivery.QUEUED, now)
-            self._put(job)
-        duplicates = tuple(job for job in jobs if job not in fresh)
+            self._admit(job)
+        taken = {job.key for job in fresh}
+        duplicates = tuple(job for job in jobs if job.key not in taken)
         # Re-sends of a long-firing alert keep its memory from expiring with the retention.
         self._store.touch((job.key for job in duplicates), now)
         return Offer(tuple(fresh), duplicates)
 
-    def _fresh(self, job: AlertJob) -> bool:
-        if job.key in self._inflight:
-            return False
-        record = self._store.alert(job.key)
-        return record is None or record.outcome == Delivery.FAILED
+    def _jobs_needed(self, fresh: Sequence[AlertJob]) -> int:
+        """How many jobs these states would add: joining a batch still open adds none."""
+        opened = {batch_key(job, self._window, self._strict) for job in fresh if not job.resolved}
+        return sum(job.resolved for job in fresh) + len(opened - self._open.keys())
 
-    def _put(self, job: AlertJob) -> None:
-        self._queue.put_nowait(job)
+    def _remember_many(self, jobs: Iterable[AlertJob], now: datetime) -> None:
+        # One transaction for a whole delivery: an alert storm's cost is not one commit per alert.
+        self._store.remember_all(((job.key, job.as_dict()) for job in jobs), Delivery.QUEUED, now)
+
+    def _admit(self, job: AlertJob) -> None:
+        """Into a job: a resolution at once, a firing state into its symptom's open batch."""
         self._inflight.add(job.key)
-        self._metrics.queue_length.set(self._queue.qsize())
+        if job.resolved:
+            self._enqueue(_Priority.RESOLVE, Batch([job]), opened=False)
+            return
+        key = batch_key(job, self._window, self._strict)
+        batch = self._open.get(key)
+        if batch is not None:
+            batch.jobs.append(job)
+            return
+        batch = self._open[key] = Batch([job])
+        self._waiting += 1
+        self._unfinished += 1
+        self._idle.clear()
+        asyncio.get_running_loop().call_later(self._delay(job), self._close, key)
+        self._metrics.queue_length.set(self._waiting)
+
+    def _delay(self, job: AlertJob) -> float:
+        """Until the job's window closes (at once when coalescing is off or the window is past)."""
+        if self._window <= timedelta(0):
+            return 0.0
+        end = window_start(job.received_at, self._window) + self._window
+        return min(max((end - self._clock()).total_seconds(), 0.0), self._window.total_seconds())
+
+    def _close(self, key: BatchKey) -> None:
+        batch = self._open.pop(key)
+        self._enqueue(_Priority.DIAGNOSE, batch, opened=True)
+
+    def _enqueue(self, priority: _Priority, batch: Batch, *, opened: bool) -> None:
+        if not opened:
+            self._waiting += 1
+            self._unfinished += 1
+            self._idle.clear()
+        self._queue.put_nowait((priority, next(self._order), batch))
+        self._metrics.queue_length.set(self._waiting)
 
     async def start(self) -> None:
         self._tasks = [asyncio.create_task(self._work(), name=f"alert-worker-{i}") for i in range(self._workers)]
@@ -109,22 +193,22 @@ class Inbox:
         self._tasks = []
 
     async def join(self) -> None:
-        """Wait until every queued job is done (tests, graceful drains)."""
-        await self._queue.join()
+        """Wait until every job offered is done, open batches included (tests, graceful drains)."""
+        await self._idle.wait()
 
     def requeue(self) -> int:
         """Queue what the store holds as queued but nothing works on, and failures due for a retry."""
         now = self._clock()
         due = [r for r in self._store.alerts_by_outcome(Delivery.QUEUED) if r.key not in self._inflight]
         due += [r for r in self._store.alerts_by_outcome(Delivery.FAILED) if self._retry_due(r, now)]
-        count = 0
-        for record in due:
-            if self._queue.full():
-                break
-            self._store.remember(record.key, record.request, Delivery.QUEUED, now)
-            self._put(AlertJob.from_dict(record.request))
-            count += 1
-        return count
+        if self._waiting >= self._capacity:
+            return 0
+        # Taken whole, like a delivery: the rest of the bound is for the webhook's next offer.
+        jobs = [AlertJob.from_dict(record.request) for record in due]
+        self._remember_many(jobs, now)
+        for job in jobs:
+            self._admit(job)
+        return len(jobs)
 
     def _retry_due(self, record: AlertRecord, now: datetime) -> bool:
         if record.key in self._inflight or record.attempts >= self._max_attempts:
@@ -134,44 +218,79 @@ class Inbox:
 
     async def _work(self) -> None:
         while True:
-            job = await self._queue.get()
+            _, _, batch = await self._queue.get()
+            self._waiting -= 1
+            self._metrics.queue_length.set(self._waiting)
             try:
-                await self._handle(job)
+                await self._handle(batch)
             except asyncio.CancelledError:
                 raise
             except Exception as error:
-                log.exception("alert %s (%s): handling failed", job.fingerprint, job.alertname)
-                self._store.mark(job.key, Delivery.FAILED, self._clock(), f"{type(error).__name__}: {error}")
+                log.exception("alerts %s: handling failed", _names(batch.jobs))
+                for job in batch.jobs:
+                    if job.key in self._inflight:
+                        self._finish(job, Delivery.FAILED, f"{type(error).__name__}: {error}")
             finally:
-                self._inflight.discard(job.key)
+                for job in batch.jobs:
+                    self._inflight.discard(job.key)
                 self._queue.task_done()
-                self._metrics.queue_length.set(self._queue.qsize())
+                self._unfinished -= 1
+                if not self._unfinished:
+                    self._idle.set()
 
-    async def _handle(self, job: AlertJob) -> None:
-        if job.resolved:
-            self._resolve(job)
+    def _finish(self, job: AlertJob, outcome: Delivery, error: str | None = None) -> None:
+        self._store.mark(job.key, outcome, self._clock(), error)
+        self._inflight.discard(job.key)
+
+    async def _handle(self, batch: Batch) -> None:
+        if batch.jobs[0].resolved:
+            for job in batch.jobs:
+                self._resolve(job)
             return
+        live = [job for job in batch.jobs if not self._overtaken(job)]
+        scoped: list[tuple[AlertJob, Scope]] = []
+        for job in live:
+            try:
+                scoped.append((job, Scope.of(job.scope)))
+            except DiagnosdError as error:
+                log.warning("alert %s (%s): %s", job.fingerprint, job.alertname, error)
+                self._finish(job, Delivery.DONE, str(error))
+        if not scoped:
+            return
+        jobs = [job for job, _ in scoped]
+        symptom = jobs[0].symptom
         try:
-            tree = self._diagnoser.tree(job.symptom)
-            looked = await self._diagnoser.diagnose(tree, Scope.of(job.scope), job.received_at, Trigger.ALERT)
+            tree = self._diagnoser.tree(symptom)
+            scope = Scope.of(shared_scope(job.scope for job in jobs))
+            looked = await self._diagnoser.diagnose(tree, scope, Batch(jobs).at, Trigger.ALERT)
         except SourceError as error:
-            log.warning("alert %s (%s): could not diagnose %s: %s", job.fingerprint, job.alertname, job.symptom, error)
-            self._store.mark(job.key, Delivery.FAILED, self._clock(), str(error))
+            log.warning("alerts %s: could not diagnose %s: %s", _names(jobs), symptom, error)
+            for job in jobs:
+                self._finish(job, Delivery.FAILED, str(error))
             return
         except DiagnosdError as error:
-            log.warning("alert %s (%s): %s", job.fingerprint, job.alertname, error)
-            self._store.mark(job.key, Delivery.DONE, self._clock(), str(error))
+            log.warning("alerts %s: %s", _names(jobs), error)
+            for job in jobs:
+                self._finish(job, Delivery.DONE, str(error))
             return
-        if self._store.alert((job.fingerprint, "resolved", job.starts_at)) is not None:
-            self._store.mark(job.key, Delivery.SUPERSEDED, self._clock())
-            return
-        if not looked.diagnosis.targets:
-            log.info(
-                "alert %s (%s): no target in %s has data for %s", job.fingerprint, job.alertname, job.scope, job.symptom
-            )
-        now = self._clock()
-        self._tracker.record(looked.diagnosis, trigger=Trigger.ALERT, now=now, for_=timedelta(0), alert=job.fingerprint)
-        self._store.mark(job.key, Delivery.DONE, now)
+        for job in jobs:
+            if self._overtaken(job):
+                continue
+            mine = part(looked.diagnosis, job.scope)
+            if not mine.targets:
+                log.info(
+                    "alert %s (%s): no target in %s has data for %s", job.fingerprint, job.alertname, job.scope, symptom
+                )
+            now = self._clock()
+            self._tracker.record(mine, trigger=Trigger.ALERT, now=now, for_=timedelta(0), alert=job.fingerprint)
+            self._finish(job, Delivery.DONE)
+
+    def _overtaken(self, job: AlertJob) -> bool:
+        """Its resolution came first: nothing left to diagnose (marked superseded)."""
+        if self._store.alert((job.fingerprint, "resolved", job.starts_at)) is None:
+            return False
+        self._finish(job, Delivery.SUPERSEDED)
+        return True
 
     def _resolve(self, job: AlertJob) -> None:
         now = self._clock()
@@ -179,4 +298,13 @@ class Inbox:
         firing = self._store.alert((job.fingerprint, "firing", job.starts_at))
         if firing is not None and firing.outcome in (Delivery.QUEUED, Delivery.FAILED):
             self._store.mark(firing.key, Delivery.SUPERSEDED, now)
-        self._store.mark(job.key, Delivery.DONE, now)
+        self._finish(job, Delivery.DONE)
+
+
+def _fresh(record: AlertRecord | None) -> bool:
+    return record is None or record.outcome == Delivery.FAILED
+
+
+def _names(jobs: Sequence[AlertJob]) -> str:
+    shown = ", ".join(f"{job.fingerprint} ({job.alertname})" for job in jobs[:3])
+    return shown + (f" and {len(jobs) - 3} more" if len(jobs) > 3 else "")

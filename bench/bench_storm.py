@@ -1,0 +1,351 @@
+"""Benchmark: an alert storm on the webhook, diagnosed per alert and coalesced, side by side in one run.
+
+Run: python bench/bench_storm.py [--pods 1000] [--alerts 1000] [--deliveries 10000] [--repeats 3]
+(needs prometheus and promtool on PATH)
+
+A real Prometheus holds a simulated fleet (bench_triage.fleet); the daemon (uvicorn on a loopback
+port, the shipped trees, a fresh store each run) takes the storm from a load generator in a
+separate process: `--deliveries` Alertmanager v4 deliveries, one alert each, where every tenth
+brings one of `--alerts` distinct firing alerts (spread over every symptom) and the rest re-send
+one already sent (HA twins, repeat_interval). Printed for `coalesce_window` 0s (each alert
+diagnosed on its own) and the default, medians over the repeats: deliveries/s, ack p50 / p99,
+deliveries refused (503), evaluations run, and the time from the last delivery until every
+accepted alert is diagnosed. Then the cost of recording a delivery's new states: one transaction
+per delivery against one per alert.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import json
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+from bench_triage import AT, fleet  # bench/: run as `python bench/NAME.py`
+from prometheus_client import CollectorRegistry
+
+from diagnosd.api import create_app
+from diagnosd.daemon import compose
+from diagnosd.daemon.alertmanager.memory import DeliveryMemory
+from diagnosd.daemon.compose import Services
+from diagnosd.daemon.settings.model import Settings
+from diagnosd.promlocal import LocalPrometheus, backfill, free_port
+from diagnosd.promlocal.openmetrics import write
+from diagnosd.storage import open_database
+
+STARTS = "2026-02-01T11:55:00Z"
+
+
+@dataclass(frozen=True)
+class Mode:
+    window: str | None = None  # coalesce_window; None: the default
+    diagnose: bool = True  # False: the workers stopped, the webhook route alone
+    floor: bool = False  # a bare ASGI app on the same server instead of diagnosd
+
+
+MODES = {
+    "floor": Mode(floor=True),
+    "route only": Mode(diagnose=False),
+    "per alert": Mode(window="0s"),
+    "coalesced": Mode(),
+}
+
+
+def payload(symptom: str, pod: int) -> dict[str, Any]:
+    """One Alertmanager (0.25, webhook v4) delivery carrying one firing alert of `symptom` on `pod`."""
+    labels = {
+        "alertname": f"DiagnosdBench_{symptom}",
+        "symptom": symptom,
+        "severity": "warning",
+        "namespace": "prod",
+        "pod": f"vllm-{pod}",
+        "model_name": "llama",
+        "job": "vllm",
+        "instance": f"10.0.{pod // 250}.{pod % 250}:8000",
+    }
+    annotations = {"summary": f"{symptom} on vllm-{pod}", "description": f"vllm-{pod} shows {symptom}"}
+    group = {"alertname": labels["alertname"]}
+    return {
+        "receiver": "diagnosd",
+        "status": "firing",
+        "alerts": [
+            {
+                "status": "firing",
+                "labels": labels,
+                "annotations": annotations,
+                "startsAt": STARTS,
+                "endsAt": "0001-01-01T00:00:00Z",
+                "generatorURL": f"http://127.0.0.1:9090/graph?g0.expr=diagnosd_bench_{symptom}&g0.tab=1",
+                "fingerprint": hashlib.sha256(f"{symptom}/{pod}".encode()).hexdigest()[:16],
+            }
+        ],
+        "groupLabels": group,
+        "commonLabels": labels,
+        "commonAnnotations": annotations,
+        "externalURL": "http://127.0.0.1:9093",
+        "version": "4",
+        "groupKey": f'{{}}:{{alertname="{labels["alertname"]}"}}',
+        "truncatedAlerts": 0,
+    }
+
+
+def bodies(symptoms: list[str], alerts: int, deliveries: int, seed: int) -> list[bytes]:
+    """The storm's onset brings the new alerts (every other delivery of the first 2 x `alerts`), the
+    rest re-send a random one already sent, as HA twins and repeat_interval do."""
+    rng = random.Random(seed)
+    distinct = [(symptoms[i % len(symptoms)], i) for i in range(alerts)]
+    out: list[bytes] = []
+    sent = 0
+    for n in range(deliveries):
+        if n % 2 == 0 and sent < alerts:
+            pick, sent = sent, sent + 1
+        else:
+            pick = rng.randrange(sent)
+        out.append(json.dumps(payload(*distinct[pick])).encode())
+    return out
+
+
+async def generate(port: int, payloads: list[bytes], concurrency: int) -> dict[str, Any]:
+    """Post every body, `concurrency` at a time, each on a kept-alive connection; time each ack.
+
+    Plain HTTP/1.1 over asyncio streams: a full HTTP client costs more per request than the daemon
+    does (httpx alone managed about 120 requests/s on this loopback), and would measure itself.
+    """
+    latencies: list[float] = []
+    statuses: dict[int, int] = {}
+    next_body = iter(payloads)
+
+    async def one() -> None:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        try:
+            for body in next_body:
+                head = (
+                    f"POST /webhook/alertmanager HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+                    f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+                )
+                start = time.perf_counter()
+                writer.write(head.encode() + body)
+                status, length = _head(await reader.readuntil(b"\r\n\r\n"))
+                await reader.readexactly(length)
+                latencies.append(time.perf_counter() - start)
+                statuses[status] = statuses.get(status, 0) + 1
+        finally:
+            writer.close()
+
+    start = time.perf_counter()
+    await asyncio.gather(*(one() for _ in range(concurrency)))
+    seconds = time.perf_counter() - start
+    latencies.sort()
+    return {
+        "deliveries": len(latencies),
+        "seconds": seconds,
+        "p50": latencies[len(latencies) // 2],
+        "p99": latencies[min(int(len(latencies) * 0.99), len(latencies) - 1)],
+        "statuses": statuses,
+    }
+
+
+def _head(raw: bytes) -> tuple[int, int]:
+    """The status and Content-Length of a response head (the daemon always sends a length)."""
+    lines = raw.decode("latin-1").split("\r\n")
+    fields = dict(line.split(":", 1) for line in lines[1:] if ":" in line)
+    length = {name.strip().lower(): value.strip() for name, value in fields.items()}["content-length"]
+    return int(lines[0].split()[1]), int(length)
+
+
+async def floor(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    """The same server with nothing behind it: what uvicorn and the loopback cost on this machine."""
+    if scope["type"] != "http":
+        return
+    while (await receive()).get("more_body"):
+        pass
+    body = b'{"queued":0,"duplicates":1,"skipped":[],"truncated_alerts":0}'
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": 202, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+@dataclass(frozen=True)
+class Run:
+    rate: float
+    p50_ms: float
+    p99_ms: float
+    refused: int
+    evaluations: int
+    alerts_done: int
+    drain_s: float
+
+
+def counted(metric: Any, **labels: str) -> float:
+    return sum(
+        s.value
+        for family in metric.collect()
+        for s in family.samples
+        if s.name.endswith("_total") and all(s.labels.get(k) == v for k, v in labels.items())
+    )
+
+
+async def run_once(prometheus: str, work: Path, mode: Mode, args: argparse.Namespace) -> Run:
+    hook: dict[str, Any] = {} if mode.window is None else {"coalesce_window": mode.window}
+    settings = Settings.model_validate(
+        {
+            "prometheus": {"url": prometheus, "timeout": "60s"},
+            "store": {"path": str(work / "findings.db")},
+            "scheduler": {"enabled": False},
+            "webhook": hook,
+        }
+    )
+    origin = time.time()
+    # Time runs from the fleet's AT, so that windows pass as they would in an incident.
+    built = compose.build(
+        settings, registry=CollectorRegistry(), clock=lambda: AT + timedelta(seconds=time.time() - origin)
+    )
+    app: Any = floor if mode.floor else create_app(built)
+    port = free_port()
+    # As `diagnosd serve` runs it (diagnosd/cli/serve.py), access log included.
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, access_log=True, server_header=False)
+    if mode.floor:
+        config = uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, lifespan="off")
+    server = uvicorn.Server(config)
+    serving = asyncio.create_task(server.serve())
+    while not server.started:  # noqa: ASYNC110 - uvicorn offers a flag, not an event
+        await asyncio.sleep(0.05)
+    evaluations, done, drain = 0, 0, 0.0
+    try:
+        services: Services | None = None if mode.floor else app.state.services
+        if services is not None and not mode.diagnose:
+            await services.inbox.stop()  # the route alone: nothing diagnoses meanwhile
+        generator = await asyncio.create_subprocess_exec(
+            sys.executable,
+            __file__,
+            "--generate",
+            str(port),
+            str(work.parent / "bodies.json"),
+            str(args.concurrency),
+            stdout=subprocess.PIPE,
+        )
+        out, _ = await generator.communicate()
+        load = json.loads(out)
+        if services is not None and mode.diagnose:
+            start = time.perf_counter()
+            await services.inbox.join()
+            drain = time.perf_counter() - start
+            evaluations = int(counted(services.metrics.diagnoses, trigger="alert"))
+            done = len(services.memory.alerts_by_outcome("done"))
+    finally:
+        server.should_exit = True
+        await serving
+    return Run(
+        rate=load["deliveries"] / load["seconds"],
+        p50_ms=load["p50"] * 1000,
+        p99_ms=load["p99"] * 1000,
+        refused=int(load["statuses"].get("503", 0)),
+        evaluations=evaluations,
+        alerts_done=done,
+        drain_s=drain,
+    )
+
+
+def transactions(work: Path, states: int, repeats: int) -> tuple[float, float]:
+    """Median seconds to record `states` new alert states: one transaction per state, then one for all."""
+    request = json.loads(json.dumps(payload("queue_backlog", 0)["alerts"][0]))
+    now = datetime.now(UTC)
+    per_state: list[float] = []
+    per_delivery: list[float] = []
+    for r in range(repeats):
+        database = open_database(work / f"tx-{r}.db")
+        memory = DeliveryMemory(database)
+        keys = [(f"{r}-{n}", "firing", STARTS) for n in range(2 * states)]
+        start = time.perf_counter()
+        for key in keys[:states]:
+            memory.remember(key, request, "queued", now)
+        per_state.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        memory.remember_all(((key, request) for key in keys[states:]), "queued", now)
+        per_delivery.append(time.perf_counter() - start)
+        database.close()
+    return statistics.median(per_state), statistics.median(per_delivery)
+
+
+def main(args: argparse.Namespace) -> None:
+    rules = compose.load()
+    symptoms = sorted(rules.ruleset.trees)
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        with (work / "fleet.om").open("w") as out:
+            write(out, fleet(args.pods))
+        backfill(work / "fleet.om", work / "tsdb")
+        payloads = bodies(symptoms, args.alerts, args.deliveries, args.seed)
+        (work / "bodies.json").write_text(json.dumps([b.decode() for b in payloads]))
+        runs: dict[str, list[Run]] = {mode: [] for mode in MODES}
+        with LocalPrometheus(work / "prometheus", tsdb=work / "tsdb") as prom:
+            for repeat in range(args.repeats):
+                for name, mode in MODES.items():  # alternated, so that every mode meets the same noise
+                    run_dir = work / f"run-{repeat}-{name.replace(' ', '-')}"
+                    run_dir.mkdir()
+                    runs[name].append(asyncio.run(run_once(prom.url, run_dir, mode, args)))
+        print(
+            f"{args.deliveries} deliveries ({args.alerts} distinct alerts over {len(symptoms)} symptoms, the rest "
+            f"re-sends), {args.pods} pods, {args.concurrency} connections; medians of {args.repeats} runs"
+        )
+        columns = ("mode", "deliv/s", "ack p50 ms", "ack p99 ms", "refused", "evaluations", "alerts done", "drain s")
+        widths = (10, 8, 11, 11, 8, 12, 12, 8)
+        print(" ".join(f"{c:>{w}}" for c, w in zip(columns, widths, strict=True)))
+        medians: dict[str, dict[str, float]] = {}
+        for mode, done in runs.items():
+            m = {field: statistics.median(getattr(r, field) for r in done) for field in Run.__dataclass_fields__}
+            medians[mode] = m
+            cells = (
+                mode,
+                f"{m['rate']:.0f}",
+                f"{m['p50_ms']:.1f}",
+                f"{m['p99_ms']:.1f}",
+                f"{m['refused']:.0f}",
+                f"{m['evaluations']:.0f}",
+                f"{m['alerts_done']:.0f}",
+                f"{m['drain_s']:.1f}",
+            )
+            print(" ".join(f"{c:>{w}}" for c, w in zip(cells, widths, strict=True)))
+        per, co = medians["per alert"], medians["coalesced"]
+        print(
+            f"coalesced / per alert: deliveries/s x{co['rate'] / per['rate']:.2f}, "
+            f"evaluations x{co['evaluations'] / max(per['evaluations'], 1):.3f}"
+        )
+        for states in (1, 50, 300):
+            one_each, one_for_all = transactions(work, states, args.repeats)
+            print(
+                f"recording {states:>3} new states: one transaction each {one_each * 1000:7.2f} ms, "
+                f"one for the delivery {one_for_all * 1000:6.2f} ms (x{one_each / one_for_all:.1f})"
+            )
+
+
+def parse() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pods", type=int, default=1000)
+    parser.add_argument("--alerts", type=int, default=1000)
+    parser.add_argument("--deliveries", type=int, default=10_000)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--seed", type=int, default=1)
+    return parser.parse_args()
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 5 and sys.argv[1] == "--generate":
+        # The load generator's process: bodies prepared by the parent, results as JSON on stdout.
+        port, path, concurrency = int(sys.argv[2]), Path(sys.argv[3]), int(sys.argv[4])
+        sent = [body.encode() for body in json.loads(path.read_text())]
+        print(json.dumps(asyncio.run(generate(port, sent, concurrency))))
+    else:
+        main(parse())

@@ -1,0 +1,64 @@
+"""Alert storms coalesced: the firing alerts of one symptom that arrive within one window are
+diagnosed by a single evaluation over all their targets, and each alert then takes its own part.
+
+The engine evaluates a tree over every target of a scope at once (one query per check, whatever
+the number of targets), so a storm of N alerts of one symptom costs one evaluation instead of N.
+The widened scope is the labels every alert of the batch shares; each alert's part is then the
+targets its own scope names, filtered the way the engine filters a diagnosis by its scope.
+
+Labels matched strictly (`prometheus.strict_labels`) change which series a query reads, not only
+which targets are reported: alerts that differ in one are never coalesced. Lenient scope labels
+that are not target labels (`model_name` for a pod) only let series without the label join in,
+so dropping one from the shared scope leaves each target's own answer as it was.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+
+from diagnosd.daemon.alertmanager.payload import AlertJob
+from diagnosd.findings.model import Diagnosis
+
+# symptom, window start (None: not coalesced), strict scope labels, and the alert state itself
+# when coalescing is off (every job its own batch).
+BatchKey = tuple[str, datetime | None, tuple[tuple[str, str], ...], tuple[str, str, str] | None]
+
+
+def window_start(moment: datetime, window: timedelta) -> datetime:
+    """`moment` truncated to the window (aligned on the Unix epoch, so restarts agree)."""
+    epoch = datetime(1970, 1, 1, tzinfo=UTC)
+    return epoch + ((moment - epoch) // window) * window
+
+
+def batch_key(job: AlertJob, window: timedelta, strict_labels: Sequence[str]) -> BatchKey:
+    """The batch a firing job joins: one per symptom, window and value of the strict labels."""
+    strict = tuple(sorted((name, value) for name, value in job.scope.items() if name in strict_labels))
+    if window <= timedelta(0):
+        return job.symptom, None, strict, job.key
+    return job.symptom, window_start(job.received_at, window), strict, None
+
+
+def shared_scope(scopes: Iterable[Mapping[str, str]]) -> dict[str, str]:
+    """The labels every scope holds with the same value: a scope covering all of them."""
+    shared: dict[str, str] | None = None
+    for scope in scopes:
+        if shared is None:
+            shared = dict(scope)
+        else:
+            shared = {name: value for name, value in shared.items() if scope.get(name) == value}
+    return shared or {}
+
+
+def part(diagnosis: Diagnosis, scope: Mapping[str, str]) -> Diagnosis:
+    """The part of a wider diagnosis that one alert's scope covers.
+
+    A target stays when each scope label it carries has the scope's value; a scope label the
+    target does not carry (not one of the tree's target labels) cannot exclude it, as the
+    engine's lenient matchers let such series join in. Fleet-level results are scope-wide and stay.
+    """
+    targets = tuple(
+        t for t in diagnosis.targets if all(t.labels.get(name, value) == value for name, value in scope.items())
+    )
+    return replace(diagnosis, scope=dict(scope), targets=targets)

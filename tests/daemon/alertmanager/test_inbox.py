@@ -1,0 +1,209 @@
+"""The inbox with a real store and tracker and a stand-in diagnoser that counts its evaluations:
+storms coalesced into one evaluation per symptom and window, each alert its own record and finding
+link, failures retried per alert, the bound counting jobs, and resolutions never waiting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from diagnosd.daemon.alertmanager.inbox import Delivery, Inbox
+from diagnosd.daemon.alertmanager.memory import DeliveryMemory
+from diagnosd.daemon.alertmanager.payload import AlertJob
+from diagnosd.engine import Scope
+from diagnosd.errors import QueueFull, SourceUnavailable
+from diagnosd.findings.model import Diagnosis
+from diagnosd.findings.store import Store
+from diagnosd.findings.tracker import Tracker
+from diagnosd.sinks.metrics import Metrics
+from diagnosd.storage import open_database
+from tests.findings.builders import clear, diagnosis, holding
+
+AT = datetime(2026, 11, 29, 14, 30, 0, 500000, tzinfo=UTC)
+WINDOW = timedelta(milliseconds=50)
+
+
+@dataclass
+class Looked:
+    diagnosis: Diagnosis
+
+
+@dataclass
+class CountingDiagnoser:
+    """Answers every pod it is asked about (vllm-N holds kv_pool_full for even N), counting calls."""
+
+    fail: bool = False
+    release: asyncio.Event | None = None
+    calls: list[tuple[str, Scope, datetime]] = field(default_factory=list)
+
+    def tree(self, symptom: str) -> Any:
+        return SimpleNamespace(id=symptom)
+
+    async def diagnose(self, tree: Any, scope: Scope, at: datetime | None, trigger: Any) -> Looked:
+        assert at is not None
+        self.calls.append((tree.id, scope, at))
+        if self.release is not None:
+            await self.release.wait()
+        if self.fail:
+            raise SourceUnavailable("connection refused", url="http://127.0.0.1:9")
+        targets = [(holding if n % 2 == 0 else clear)(f"vllm-{n}") for n in range(40)]
+        wanted = scope.as_dict()
+        inside = [t for t in targets if all(t.labels.get(k, v) == v for k, v in wanted.items())]
+        return Looked(diagnosis(*inside, symptom=tree.id, scope=wanted))
+
+
+@dataclass
+class Rig:
+    inbox: Inbox
+    store: DeliveryMemory
+    tracker: Tracker
+    diagnoser: CountingDiagnoser
+
+
+def job(n: int, symptom: str = "queue_backlog", status: str = "firing") -> AlertJob:
+    return AlertJob(
+        fingerprint=f"fp-{symptom}-{n}",
+        status=status,
+        starts_at="2026-11-29T14:00:00+00:00",
+        alertname="VLLMQueueBacklog",
+        symptom=symptom,
+        scope={"namespace": "prod", "pod": f"vllm-{n}", "model_name": "llama"},
+        received_at=AT,
+    )
+
+
+@pytest.fixture
+async def rig(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Rig]:
+    options: dict[str, Any] = getattr(request, "param", {})
+    database = open_database(tmp_path / "findings.db")
+    memory = DeliveryMemory(database)
+    tracker = Tracker(Store(database))
+    diagnoser = CountingDiagnoser(**options.pop("diagnoser", {}))
+    inbox = Inbox(
+        memory,
+        tracker,
+        diagnoser,  # type: ignore[arg-type]
+        Metrics(CollectorRegistry()),
+        lambda: AT,
+        capacity=options.pop("capacity", 256),
+        workers=2,
+        max_attempts=5,
+        retry_after=timedelta(seconds=30),
+        coalesce_window=options.pop("window", WINDOW),
+    )
+    if options.pop("start", True):
+        await inbox.start()
+    try:
+        yield Rig(inbox, memory, tracker, diagnoser)
+    finally:
+        await inbox.stop()
+        database.close()
+
+
+def outcomes(store: DeliveryMemory, jobs: Sequence[AlertJob]) -> set[str | None]:
+    return {record.outcome if (record := store.alert(j.key)) else None for j in jobs}
+
+
+async def test_a_storm_of_two_symptoms_costs_two_evaluations(rig: Rig) -> None:
+    storm = [job(n) for n in range(30)] + [job(n, "kv_hit_low") for n in range(10)]
+    for start in range(0, len(storm), 7):  # many deliveries within one window
+        rig.inbox.offer(storm[start : start + 7])
+    await rig.inbox.join()
+    assert sorted((symptom, scope.as_dict()) for symptom, scope, _ in rig.diagnoser.calls) == [
+        ("kv_hit_low", {"model_name": "llama", "namespace": "prod"}),
+        ("queue_backlog", {"model_name": "llama", "namespace": "prod"}),
+    ]
+    assert outcomes(rig.store, storm) == {Delivery.DONE}
+    # Each alert links the finding on its own pod, and only there.
+    by_pod = {(f.symptom, f.labels["pod"]): f.alerts for f in rig.tracker.active()}
+    assert by_pod == {
+        (j.symptom, j.scope["pod"]): (j.fingerprint,) for j in storm if int(j.scope["pod"].split("-")[1]) % 2 == 0
+    }
+
+
+@pytest.mark.parametrize("rig", [{"window": timedelta(0)}], indirect=True)
+async def test_a_zero_window_diagnoses_each_alert_on_its_own(rig: Rig) -> None:
+    storm = [job(n) for n in range(6)]
+    rig.inbox.offer(storm)
+    await rig.inbox.join()
+    assert sorted(scope.as_dict()["pod"] for _, scope, _ in rig.diagnoser.calls) == [f"vllm-{n}" for n in range(6)]
+    assert outcomes(rig.store, storm) == {Delivery.DONE}
+
+
+async def test_the_next_window_is_another_evaluation_and_duplicates_none(rig: Rig) -> None:
+    first = [job(n) for n in range(4)]
+    rig.inbox.offer(first)
+    await rig.inbox.join()
+    offered = rig.inbox.offer([*first, job(4)])  # re-sends and one new alert, a window later
+    await rig.inbox.join()
+    assert (len(offered.queued), len(offered.duplicates)) == (1, 4)
+    assert len(rig.diagnoser.calls) == 2
+    assert rig.diagnoser.calls[1][1].as_dict()["pod"] == "vllm-4"
+
+
+@pytest.mark.parametrize("rig", [{"diagnoser": {"fail": True}}], indirect=True)
+async def test_a_failed_evaluation_fails_every_alert_of_the_batch_for_a_retry(rig: Rig) -> None:
+    storm = [job(n) for n in range(5)]
+    rig.inbox.offer(storm)
+    await rig.inbox.join()
+    assert len(rig.diagnoser.calls) == 1
+    assert outcomes(rig.store, storm) == {Delivery.FAILED}
+    assert rig.tracker.active() == []
+    rig.diagnoser.fail = False
+    again = rig.inbox.offer(storm)  # a failed state is taken again when it is re-sent
+    await rig.inbox.join()
+    assert len(again.queued) == 5
+    assert len(rig.diagnoser.calls) == 2
+    assert outcomes(rig.store, storm) == {Delivery.DONE}
+
+
+@pytest.mark.parametrize("rig", [{"capacity": 2, "start": False, "window": timedelta(0)}], indirect=True)
+async def test_the_bound_counts_jobs_and_a_delivery_bigger_than_it_is_taken_whole(rig: Rig) -> None:
+    big = [job(n) for n in range(300)]
+    taken = rig.inbox.offer(big)  # more alerts than the bound, one delivery: accepted
+    assert len(taken.queued) == 300
+    assert outcomes(rig.store, big) == {Delivery.QUEUED}
+    with pytest.raises(QueueFull) as refused:
+        rig.inbox.offer([job(0, "kv_hit_low")])
+    assert (refused.value.capacity, refused.value.needed) == (2, 1)
+    assert rig.store.alert(job(0, "kv_hit_low").key) is None  # refused: nothing recorded
+    assert rig.inbox.offer(big[:3]).duplicates == tuple(big[:3])  # re-sends are never refused
+    await rig.inbox.start()
+    await rig.inbox.join()
+    assert outcomes(rig.store, big) == {Delivery.DONE}
+    assert len(rig.inbox.offer([job(0, "kv_hit_low")]).queued) == 1  # drained: taken again
+
+
+@pytest.mark.parametrize("rig", [{"capacity": 1, "start": False}], indirect=True)
+async def test_a_coalesced_storm_is_one_job_of_the_bound(rig: Rig) -> None:
+    for start in range(0, 300, 50):
+        assert len(rig.inbox.offer([job(n) for n in range(start, start + 50)]).queued) == 50
+    assert rig.inbox.waiting == 1
+    await rig.inbox.start()
+    await rig.inbox.join()
+    assert len(rig.diagnoser.calls) == 1
+
+
+async def test_a_resolution_within_the_window_cancels_that_alert_s_diagnosis(rig: Rig) -> None:
+    firing = [job(n) for n in range(3)]
+    rig.inbox.offer(firing)
+    rig.inbox.offer([job(2, status="resolved")])
+    await rig.inbox.join()
+    assert len(rig.diagnoser.calls) == 1
+    assert [rig.store.alert(j.key).outcome for j in firing] == [  # type: ignore[union-attr]
+        Delivery.DONE,
+        Delivery.DONE,
+        Delivery.SUPERSEDED,
+    ]
+    assert rig.store.alert(job(2, status="resolved").key).outcome == Delivery.DONE  # type: ignore[union-attr]
+    # vllm-2 holds kv_pool_full too, but its alert had resolved before the diagnosis: no finding.
+    assert [f.labels["pod"] for f in rig.tracker.active()] == ["vllm-0"]
