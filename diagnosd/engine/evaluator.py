@@ -7,6 +7,7 @@ number of checks, never with the number of targets (each query returns a vector 
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
@@ -145,7 +146,7 @@ class Evaluator:
         held = timedelta(seconds=int(max(at - self.history_start, timedelta(0)).total_seconds()))
         out = dict(answers)
         for (query, when), answer in answers.items():
-            needs = promql.reach(promql.parse(query))
+            needs = _reach_of(query)
             if when == at and needs > held:
                 span = promql.format_duration
                 why = f"Prometheus holds {span(held)} of history; this query reads {span(needs)}"
@@ -155,7 +156,7 @@ class Evaluator:
     async def _spellings(
         self, texts: Iterable[str], start: datetime, end: datetime
     ) -> tuple[dict[str, list[str]], list[str]]:
-        names = sorted({name for text in texts for name in promql.selector_names(promql.parse(text))})
+        names = sorted({name for text in texts for name in _names_in(text)})
         candidates = {name: self.aliases.variants(name) for name in names}
         everything = {v for variants in candidates.values() for v in variants}
         try:
@@ -221,28 +222,8 @@ class Evaluator:
     def _resolve(
         self, text: str, spellings: Mapping[str, list[str]], matchers: list[ScopeMatcher], target: Sequence[str] = ()
     ) -> Resolved:
-        expr = promql.parse(text)
-        names = promql.selector_names(expr)
-        # A recipe's join sources are alternatives (kube_node_info or kube_pod_info...): absent
-        # only when all of them are; the rule's own names decide whether everything is absent.
-        joins = promql.join_names(expr)
-        own = [n for n in names if n not in joins]
-        missing = [n for n in names if not spellings.get(n)]
-        if any(spellings.get(n) for n in joins):
-            missing = [n for n in missing if n not in joins]
-        absent = tuple(missing)
-        decisive = own or names
-        all_absent = bool(decisive) and all(not spellings.get(n) for n in decisive)
-        joined = any(spellings.get(n) for n in joins)
-        unsourced = promql.missing_source(expr, lambda n: bool(spellings.get(n)) or (joined and n in joins))
-        # Newest spelling first: where a target has several, the rewrite keeps the first one's answer.
-        present = {n: self._newest_first(n, spellings[n]) for n in names if spellings.get(n)}
-        query = rewrite(text, present, matchers, target)
-        return Resolved(query, absent, all_absent, tuple(unsourced))
-
-    def _newest_first(self, name: str, found: list[str]) -> list[str]:
-        order = {spelling: rank for rank, spelling in enumerate(self.aliases.newest_first(name))}
-        return sorted(found, key=lambda s: order.get(s, len(order)))
+        known = tuple(sorted((name, tuple(found)) for name, found in spellings.items()))
+        return _resolved(text, known, tuple(matchers), tuple(target), self.aliases)
 
     async def _run(self, jobs: set[Job], target: list[str]) -> dict[Job, Answer]:
         limit = asyncio.Semaphore(self.concurrency)
@@ -265,15 +246,24 @@ def _texts(tree: Tree, values: P.Params, topology: Topology) -> dict[str, str]:
     the plain value now (shown beside it).
     """
     compared = dict(comparisons(tree))
+    known = tuple(sorted(values.items()))
+    target = tuple(tree.target)
     out: dict[str, str] = {}
     for key, query in queries(tree):
         leaf = compared.get(key)
         if leaf is not None and leaf.sustained is not None:
-            out[key] = promql.substitute(sustained_query(leaf, values), values, tree.target, topology)
-            out[f"{key}~now"] = promql.substitute(query, values, tree.target, topology)
+            out[key] = _substituted(sustained_query(leaf, values), known, target, topology)
+            out[f"{key}~now"] = _substituted(query, known, target, topology)
         else:
-            out[key] = promql.substitute(query, values, tree.target, topology)
+            out[key] = _substituted(query, known, target, topology)
     return out
+
+
+@functools.lru_cache(maxsize=4096)
+def _substituted(
+    text: str, values: tuple[tuple[str, float | str], ...], target: tuple[str, ...], topology: Topology
+) -> str:
+    return promql.substitute(text, dict(values), list(target), topology)
 
 
 def sustained_query(leaf: Conditional, values: P.Params) -> str:
@@ -406,3 +396,49 @@ def _targets(
         keys = {k for (_, when), answer in answers.items() if when == at for k in answer.by_target}
     wanted = {i: value for i, label in enumerate(tree.target) for name, value in scope.pairs if name == label}
     return sorted(k for k in keys if all(k[i] == value for i, value in wanted.items()))
+
+
+# Parsing and rewriting is most of a diagnosis's own CPU time, and every round asks the same texts
+# with the same spellings and scope: remember the answers (all immutable), bounded.
+@functools.lru_cache(maxsize=4096)
+def _resolved(
+    text: str,
+    known: tuple[tuple[str, tuple[str, ...]], ...],
+    matchers: tuple[ScopeMatcher, ...],
+    target: tuple[str, ...],
+    aliases: Aliases,
+) -> Resolved:
+    spellings = dict(known)
+    expr = promql.parse(text)
+    names = promql.selector_names(expr)
+    # A recipe's join sources are alternatives (kube_node_info or kube_pod_info...): absent
+    # only when all of them are; the rule's own names decide whether everything is absent.
+    joins = promql.join_names(expr)
+    own = [n for n in names if n not in joins]
+    missing = [n for n in names if not spellings.get(n)]
+    if any(spellings.get(n) for n in joins):
+        missing = [n for n in missing if n not in joins]
+    absent = tuple(missing)
+    decisive = own or names
+    all_absent = bool(decisive) and all(not spellings.get(n) for n in decisive)
+    joined = any(spellings.get(n) for n in joins)
+    unsourced = promql.missing_source(expr, lambda n: bool(spellings.get(n)) or (joined and n in joins))
+    # Newest spelling first: where a target has several, the rewrite keeps the first one's answer.
+    present = {n: _newest_first(aliases, n, list(spellings[n])) for n in names if spellings.get(n)}
+    query = rewrite(text, present, list(matchers), target)
+    return Resolved(query, absent, all_absent, tuple(unsourced))
+
+
+def _newest_first(aliases: Aliases, name: str, found: list[str]) -> list[str]:
+    order = {spelling: rank for rank, spelling in enumerate(aliases.newest_first(name))}
+    return sorted(found, key=lambda s: order.get(s, len(order)))
+
+
+@functools.lru_cache(maxsize=4096)
+def _names_in(text: str) -> tuple[str, ...]:
+    return tuple(promql.selector_names(promql.parse(text)))
+
+
+@functools.lru_cache(maxsize=4096)
+def _reach_of(query: str) -> timedelta:
+    return promql.reach(promql.parse(query))
