@@ -1,6 +1,7 @@
 """Who may call: bearer tokens for the API; for the webhook, what Alertmanager's http_config sends
 (a bearer token or basic auth). Comparisons are constant-time over digests (no early exit, no
-length leak), and no credential is ever logged, echoed or put into an error.
+length leak), and no credential is ever logged, echoed or put into an error: uvicorn's access log
+keeps the query string of public paths only (RedactQueries).
 """
 
 from __future__ import annotations
@@ -9,10 +10,16 @@ import base64
 import binascii
 import hashlib
 import hmac
+import logging
 from dataclasses import dataclass
 
 from diagnosd.daemon.settings.model import AuthSettings
 from diagnosd.errors import Unauthorized
+
+# Open whatever the credentials: the probes and the API's description (no data behind them).
+PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/docs", "/openapi.json"})
+PUBLIC_PREFIXES = ("/docs/static/",)
+REDACTED = "[redacted]"
 
 
 def _digest(value: str | bytes) -> bytes:
@@ -89,3 +96,24 @@ def _basic(authorization: str | None) -> bytes | None:
         return _digest(base64.b64decode(parts[1], validate=True))
     except (binascii.Error, ValueError):
         return None
+
+
+def public(path: str) -> bool:
+    return path in PUBLIC_PATHS or path.startswith(PUBLIC_PREFIXES)
+
+
+class RedactQueries(logging.Filter):
+    """For `uvicorn.access`: the query string of any path but the public ones is replaced by
+    REDACTED. diagnosd reads credentials from the Authorization header only, but a client that
+    sends `?access_token=...` must not have it written to the log; any unknown path is treated
+    as authenticated, so that a mistyped route does not leak either.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        # uvicorn's access line: (client, method, path?query, http version, status).
+        args = record.args
+        if isinstance(args, tuple) and len(args) == 5 and isinstance(args[2], str):
+            path, mark, _ = args[2].partition("?")
+            if mark and not public(path):
+                record.args = (*args[:2], f"{path}?{REDACTED}", *args[3:])
+        return True

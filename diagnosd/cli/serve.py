@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,9 @@ from diagnosd.daemon.settings.model import Settings
 from diagnosd.findings.store import Store
 
 log = logging.getLogger("diagnosd")
+
+# What a request answering at its deadline needs to be written out, on top of the deadline.
+SHUTDOWN_MARGIN_SECONDS = 3
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
@@ -70,7 +74,10 @@ def _serve(built: compose.Runtime) -> None:
     import uvicorn
 
     from diagnosd.api import create_app
+    from diagnosd.api.auth import RedactQueries
 
+    # uvicorn writes each request's target, query string included, to this logger.
+    logging.getLogger("uvicorn.access").addFilter(RedactQueries())
     server = built.settings.server
     log.info(
         "serving on http://%s:%d; prometheus %s; rules %s (%d trees); store %s; rounds %s",
@@ -90,4 +97,9 @@ def _serve(built: compose.Runtime) -> None:
         log_level=built.settings.log_level.value,
         access_log=server.access_log,
         server_header=False,
+        # A request in flight at SIGTERM answers within its diagnosis deadline; past that and a
+        # margin to write the answer, uvicorn cancels it, and the lifespan then stops the workers
+        # (their alerts stay queued in the store). Bounded, so Kubernetes never has to SIGKILL.
+        timeout_graceful_shutdown=math.ceil(built.settings.prometheus.diagnosis_deadline.total_seconds())
+        + SHUTDOWN_MARGIN_SECONDS,
     )

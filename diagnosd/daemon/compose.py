@@ -27,6 +27,7 @@ from diagnosd.findings.tracker import Tracker
 from diagnosd.moments import utc_now
 from diagnosd.sinks.metrics import FindingsCollector, Metrics
 from diagnosd.sources import PrometheusConfig, PrometheusSource, QuerySource
+from diagnosd.sources.deadline import Deadline
 from diagnosd.storage import open_database
 from diagnosd.topology import DEFAULT as DEFAULT_TOPOLOGY
 from diagnosd.topology import Topology
@@ -194,6 +195,7 @@ async def open_services(runtime: Runtime) -> AsyncIterator[Services]:
             params=settings.params,
             topology=settings.topology.topology(),
             clock=runtime.clock,
+            deadline=Deadline(settings.prometheus.diagnosis_deadline.total_seconds(), settings.prometheus.url),
         )
         hook = settings.webhook
         inbox = Inbox(

@@ -21,6 +21,7 @@ from diagnosd.findings.triage import Board
 from diagnosd.moments import Clock, utc_now
 from diagnosd.sinks.metrics import Metrics
 from diagnosd.sources.base import QuerySource
+from diagnosd.sources.deadline import Deadline
 from diagnosd.sources.metered import MeteredSource
 from diagnosd.topology import DEFAULT as DEFAULT_TOPOLOGY
 from diagnosd.topology import Topology
@@ -61,8 +62,11 @@ class Diagnoser:
         params: Mapping[str, Mapping[str, float | str]] | None = None,
         topology: Topology = DEFAULT_TOPOLOGY,
         clock: Clock = utc_now,
+        deadline: Deadline | None = None,
     ) -> None:
         self._source = source
+        # Each diagnosis (and each triage) answers within it; what did not answer in time reads unknown.
+        self._deadline = deadline
         self.ruleset = ruleset
         self._metrics = metrics
         self._params = params or {}
@@ -90,7 +94,7 @@ class Diagnoser:
     ) -> Looked:
         """`overrides`: this call's tree params, over the configured ones. `source`: read there
         instead of the shared source (a round's memo around it), metered the same."""
-        source = MeteredSource(source or self._source, self._metrics.query if self._metrics else None)
+        source = MeteredSource(self._bounded(source or self._source), self._metrics.query if self._metrics else None)
         evaluator = self.looking.evaluator(source)
         start = time.perf_counter()
         outcome = Outcome.ERROR
@@ -109,7 +113,7 @@ class Diagnoser:
 
     async def triage(self, scope: Scope, at: datetime | None, history_start: datetime | None = None) -> Board:
         """Every symptom at once, worst first (engine/triage.py); raises when nothing could be seen."""
-        source = MeteredSource(self._source, self._metrics.query if self._metrics else None)
+        source = MeteredSource(self._bounded(self._source), self._metrics.query if self._metrics else None)
         return await triage(
             source,
             self.ruleset.trees.values(),
@@ -118,6 +122,10 @@ class Diagnoser:
             looking=replace(self.looking, history_start=history_start),
             params=self._params,
         )
+
+    def _bounded(self, source: QuerySource) -> QuerySource:
+        # Under the meter: a query cut off by the deadline is one of this diagnosis's errors.
+        return self._deadline.bound(source) if self._deadline is not None else source
 
 
 def blindness(errors: Sequence[SourceError]) -> SourceError:

@@ -14,9 +14,10 @@ import httpx
 import pytest
 
 from diagnosd.promlocal import free_port
-from tests.serving import RULES, TOKEN, fleet_prometheus, wait_until
+from tests.serving import HOOK_TOKEN, RULES, TOKEN, fleet_prometheus, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
+QUERY_SECRET = "query-secret-0123456789abcdef"
 
 
 @pytest.fixture(scope="module")
@@ -61,6 +62,8 @@ def test_serve_answers_and_stops_on_sigterm(fleet_url: str, tmp_path: Path) -> N
         ready = httpx.get(f"{url}/readyz", timeout=5)
         symptoms = httpx.get(f"{url}/symptoms", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=5)
         anonymous = httpx.get(f"{url}/symptoms", timeout=5)
+        # A client that puts its token in the URL: refused, and the token stays out of the access log.
+        in_query = httpx.get(f"{url}/findings", params={"access_token": QUERY_SECRET}, timeout=5)
         wait_until(
             lambda: (
                 "diagnosd_rounds_total"
@@ -77,6 +80,9 @@ def test_serve_answers_and_stops_on_sigterm(fleet_url: str, tmp_path: Path) -> N
     assert ready.status_code == 200
     assert [s["id"] for s in symptoms.json()] == ["queue_backlog", "kv_hit_low"]
     assert anonymous.status_code == 401
+    assert in_query.status_code == 401
+    assert '"GET /findings?[redacted] HTTP/1.1" 401' in output
+    assert QUERY_SECRET not in output
     # uvicorn shuts the app down, then re-raises the signal so the exit status tells it
     assert code in (0, -signal.SIGTERM)
     assert "Application shutdown complete" in output
@@ -116,3 +122,33 @@ def test_check_prints_the_settings_with_secrets_masked(tmp_path: Path) -> None:
     assert '"port": 9123' in done.stdout
     assert '"bearer_token": "**********"' in done.stdout
     assert TOKEN not in done.stdout + done.stderr
+
+
+def test_off_loopback_a_webhook_token_alone_is_refused_naming_the_open_endpoints(tmp_path: Path) -> None:
+    env = environ(
+        DIAGNOSD_PROMETHEUS_URL="http://127.0.0.1:9",
+        DIAGNOSD_STORE_PATH=str(tmp_path / "x.db"),
+        DIAGNOSD_AUTH_WEBHOOK_TOKENS=HOOK_TOKEN,
+    )
+    # --check runs the same settings check as serving, without listening on 0.0.0.0.
+    done = subprocess.run(command("--check", "--host", "0.0.0.0"), env=env, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 2
+    [refusal] = [line for line in done.stderr.splitlines() if "refusing to serve on 0.0.0.0" in line]
+    for path in ("/diagnose", "/triage", "/symptoms", "/findings", "/metrics"):
+        assert path in refusal
+    assert "(set auth.api_tokens)" in refusal
+    assert "/webhook/alertmanager" not in refusal  # its token closes it
+    assert HOOK_TOKEN not in done.stdout + done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_off_loopback_api_and_webhook_tokens_are_enough(tmp_path: Path) -> None:
+    env = environ(
+        DIAGNOSD_PROMETHEUS_URL="http://127.0.0.1:9",
+        DIAGNOSD_STORE_PATH=str(tmp_path / "x.db"),
+        DIAGNOSD_AUTH_API_TOKENS=TOKEN,
+        DIAGNOSD_AUTH_WEBHOOK_TOKENS=HOOK_TOKEN,
+    )
+    done = subprocess.run(command("--check", "--host", "0.0.0.0"), env=env, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert '"host": "0.0.0.0"' in done.stdout

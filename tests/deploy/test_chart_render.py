@@ -128,7 +128,11 @@ def test_secrets_are_files_named_by_diagnosd_file_variables() -> None:
         with_(MINIMAL, secrets={"existingSecret": "mine", "existingSecretKeys": ["api-tokens", "webhook-password"]}),
         with_(
             MINIMAL,
-            secrets={"webhookPassword": "hook-password-0123456789", "prometheusPassword": "prometheus-password"},
+            secrets={
+                "apiTokens": [chart.API_TOKEN],
+                "webhookPassword": "hook-password-0123456789",
+                "prometheusPassword": "prometheus-password",
+            },
         ),
     ],
     ids=["full", "minimal", "existing-secret", "passwords"],
@@ -204,6 +208,7 @@ def test_anonymous_only_when_asked_and_then_without_secrets() -> None:
     [
         ({}, "config.prometheus.url is required"),
         (with_(MINIMAL, secrets={}), "refuses to serve off loopback without credentials"),
+        (with_(MINIMAL, secrets={"webhookTokens": [chart.WEBHOOK_TOKEN]}), "set secrets.apiTokens"),
         (with_(MINIMAL, secrets={"apiTokens": ["short"]}), "at least 16 characters"),
         (
             with_(MINIMAL, secrets={"existingSecret": "x", "existingSecretKeys": ["api-token"]}),
@@ -218,7 +223,7 @@ def test_anonymous_only_when_asked_and_then_without_secrets() -> None:
             "serviceMonitor: /metrics needs an API token",
         ),
     ],
-    ids=["no-url", "no-credentials", "short-token", "unknown-key", "no-scrape-token"],
+    ids=["no-url", "no-credentials", "webhook-token-only", "short-token", "unknown-key", "no-scrape-token"],
 )
 def test_refuses_what_diagnosd_would_refuse(values: dict[str, Any], message: str) -> None:
     helm = chart.helm()

@@ -107,6 +107,9 @@ class PrometheusSettings(Section):
     url: str
     timeout: Duration = timedelta(seconds=10)
     retries: Annotated[int, Field(ge=0, le=10)] = 2
+    # Each diagnosis answers within this, whatever the timeout and retries: what is unanswered then
+    # reads unknown (timeout). Well under Kubernetes' 30s grace, which the shutdown waits within.
+    diagnosis_deadline: Duration = timedelta(seconds=20)
     bearer_token: SecretStr | None = None
     username: str | None = None
     password: SecretStr | None = None
@@ -212,14 +215,19 @@ class WebhookSettings(Section):
     retry_after: Duration = timedelta(seconds=30)
 
 
+# What the API tokens guard, and the webhook's own credentials (falling back to the API tokens).
+API_ENDPOINTS = ("/diagnose", "/triage", "/symptoms", "/findings", "/metrics")
+WEBHOOK_ENDPOINTS = ("/webhook/alertmanager",)
+
+
 class AuthSettings(Section):
-    # Bearer tokens for the REST API and /metrics (not /healthz, /readyz, /docs).
+    # Bearer tokens for the REST API and /metrics (not /healthz, /readyz, /docs, /openapi.json).
     api_tokens: list[Secret] = []
     # What Alertmanager's webhook http_config sends; with neither, the webhook takes the API tokens.
     webhook_tokens: list[Secret] = []
     webhook_username: str | None = None
     webhook_password: Secret | None = None
-    # Required to serve without any credential on an address other than loopback.
+    # Required to serve off loopback with any endpoint open to anyone (a proxy authenticates).
     allow_anonymous: bool = False
 
     @model_validator(mode="after")
@@ -228,9 +236,21 @@ class AuthSettings(Section):
             raise ValueError("webhook_username and webhook_password go together")
         return self
 
-    @property
-    def anonymous(self) -> bool:
-        return not (self.api_tokens or self.webhook_tokens or self.webhook_username)
+    def open_endpoints(self) -> list[tuple[tuple[str, ...], str]]:
+        """The endpoints anyone may call with these credentials, grouped by the settings that close them.
+
+        /healthz, /readyz, /docs and /openapi.json are open by design: probes and the API's own
+        description, no data. /metrics has no setting of its own to open it: it names pods, models
+        and tenants, and Prometheus scrapes with a bearer token as easily as without.
+        """
+        found: list[tuple[tuple[str, ...], str]] = []
+        if not self.api_tokens:
+            found.append((API_ENDPOINTS, "auth.api_tokens"))
+        if not (self.api_tokens or self.webhook_tokens or self.webhook_username):
+            found.append(
+                (WEBHOOK_ENDPOINTS, "auth.webhook_tokens, auth.webhook_username/webhook_password or auth.api_tokens")
+            )
+        return found
 
 
 class TopologySettings(Section):
@@ -301,10 +321,12 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _safe(self) -> Settings:
-        if not self.server.loopback and self.auth.anonymous and not self.auth.allow_anonymous:
+        exposed = self.auth.open_endpoints()
+        if not self.server.loopback and exposed and not self.auth.allow_anonymous:
+            groups = "; ".join(f"{', '.join(paths)} (set {closing})" for paths, closing in exposed)
             raise ValueError(
-                f"refusing to serve on {self.server.host} without credentials: set auth.api_tokens "
-                "(and webhook credentials), or auth.allow_anonymous: true if a proxy authenticates"
+                f"refusing to serve on {self.server.host} without credentials for {groups}; "
+                "or auth.allow_anonymous: true if a proxy authenticates"
             )
         if self.findings.state_ttl < 2 * self.scheduler.interval:
             raise ValueError("findings.state_ttl must be at least twice scheduler.interval")

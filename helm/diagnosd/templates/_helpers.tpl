@@ -66,13 +66,14 @@ existing one, secrets.existingSecretKeys (checked against the keys the chart kno
 {{- end -}}
 
 {{/*
-Fail early where diagnosd would refuse to start: no Prometheus URL; no credential on a non-loopback
-address without config.auth.allow_anonymous; a token shorter than diagnosd accepts.
+Fail early where diagnosd would refuse to start: no Prometheus URL; no API token on a non-loopback
+address without config.auth.allow_anonymous (a webhook credential alone leaves the API and /metrics
+open; the webhook falls back to the API tokens); a token shorter than diagnosd accepts.
 */}}
 {{- define "diagnosd.check" -}}
 {{- $_ := required "config.prometheus.url is required: the Prometheus (or Thanos, Mimir) diagnosd queries" .Values.config.prometheus.url -}}
 {{- $keys := include "diagnosd.secretKeys" . | fromJsonArray -}}
-{{- $credential := or (has "api-tokens" $keys) (has "webhook-tokens" $keys) (has "webhook-password" $keys) -}}
+{{- $credential := has "api-tokens" $keys -}}
 {{- $loopback := has .Values.listen.host (list "127.0.0.1" "localhost" "::1") -}}
 {{- if not (or $credential $loopback .Values.config.auth.allow_anonymous) -}}
 {{- fail "diagnosd refuses to serve off loopback without credentials: set secrets.apiTokens (e.g. --set \"secrets.apiTokens={$(openssl rand -hex 16)}\") or secrets.existingSecret, or config.auth.allow_anonymous=true if a proxy authenticates" -}}
