@@ -239,7 +239,7 @@ def step(engine: Engine, k: PodKnobs, spec: tuple[ModelSpec, GpuSpec, Capacity],
     engine.running, engine.stalled = running + plan.stalled, plan.stalled
     engine.kv_usage = min(1.0, engine.running * plan.kv_per_request / cap.kv_tokens)
     engine.tick = _tick(engine, plan, arrivals, served, running, limit, share)
-    engine.count("abandoned", abandoned)  # booked as aborts by account()
+    engine.count("abandoned", abandoned)  # aborted while queued: booked by account()
 
 
 def _tick(
@@ -272,16 +272,26 @@ def _tick(
 
 
 def account(engine: Engine, k: PodKnobs, bounds: Bounds, dt: float) -> None:
-    """Counters and histograms of the requests that finished in the last tick."""
+    """Counters and histograms of the requests that left the engine in the last tick.
+
+    `n` requests were served: prefilled and streamed until they finished or, `abort_share` of
+    them, until their client went away. `finished:abort` books every abort, those still queued
+    (`abandoned`) too: what really happened, which each exporter reports its own way. vLLM (V1
+    and V0) reports none of it (OutputProcessor.abort_requests skips the finished-request stats;
+    V0's scheduler drops an aborted group before its stats see it), SGLang counts them all.
+    """
     t = engine.tick
     req = Request.of(k, t.cache_share)
     n = t.served * dt
-    aborted = n * k.abort_share + engine.counters.pop("abandoned", 0.0)
+    midstream = n * k.abort_share
     errors = n * k.error_share
     length = max(n * (1 - k.abort_share - k.error_share), 0.0) * req.length_share
     stop = max(n * (1 - k.abort_share - k.error_share) - length, 0.0)
+    aborted = midstream + engine.counters.pop("abandoned", 0.0)
     for reason, amount in zip(REASONS, (stop, length, aborted, errors, 0.0), strict=True):
         engine.count(f"finished:{reason}", amount)
+    # vLLM V1 counts a prompt at the request's first token (IterationStats.update_from_output):
+    # a stream aborted mid-way is in prompt_tokens_total, a request abandoned in the queue is not.
     engine.count("prompt_tokens", n * t.prompt_mean)
     engine.count("generation_tokens", n * t.output_mean)
     if k.prefix_caching:
@@ -293,7 +303,7 @@ def account(engine: Engine, k: PodKnobs, bounds: Bounds, dt: float) -> None:
     engine.count("busy_seconds", dt * min(1.0, engine.running))
     engine.count("forward_passes", t.steps_per_s * dt)
     engine.count("forward_balancedness", t.steps_per_s * dt * k.expert_balancedness)
-    _observe(engine, k, req, bounds, n, dt)
+    _observe(engine, k, req, bounds, (n, n - midstream), dt)
 
 
 def _ttft(k: PodKnobs, t: Tick, req: Request) -> Shape:
@@ -315,22 +325,27 @@ def _step_tokens(k: PodKnobs, t: Tick) -> Shape:
     return shape(regular, 0.5, tail_mean=max(chunk, regular), tail_share=min(0.5, steps))
 
 
-def _observe(engine: Engine, k: PodKnobs, req: Request, b: Bounds, n: float, dt: float) -> None:
+def _observe(engine: Engine, k: PodKnobs, req: Request, b: Bounds, served: tuple[float, float], dt: float) -> None:
+    """`served` = (requests served, of which finished). First-token and inter-token times are taken
+    per engine step, aborted streams' too; every per-request histogram holds finished requests only
+    (vLLM's finished-request stats; SGLang also observes its aborts, left out here: its abort share
+    is read from its own counter and aborted requests are shaped like the rest)."""
+    n, done = served
     t, h = engine.tick, engine.hist
     h("ttft", b.ttft).observe(n, _ttft(k, t, req))
     h("itl", b.itl).observe(n * max(t.output_mean - 1.0, 0.0), shape(t.step_s, 0.12 + 0.5 * t.prefill_share))
-    h("tpot", b.itl).observe(n, shape(t.step_s, 0.12))
-    h("e2e", b.e2e).observe(n, shape(t.e2e, 0.6))
-    h("queue", b.queue).observe(n, shape(max(t.queue_s, 1e-4), 0.9))
-    h("prefill", b.phase).observe(n, shape(t.prefill_s, 0.5))
-    h("decode", b.phase).observe(n, shape(max(t.decode_s, 1e-4), 0.7))
-    h("inference", b.phase).observe(n, shape(t.prefill_s + t.decode_s, 0.7))
-    h("prompt", b.tokens).observe(n, req.prompt)
-    h("computed", b.tokens).observe(n, req.computed)
-    h("generation", b.tokens).observe(n, req.output)
-    h("max_tokens", b.tokens).observe(n, point(k.max_tokens))
-    h("params_n", VLLM_PARAMS_N).observe(n, point(1.0))
-    h("preempted", VLLM_PREEMPTIONS).observe(n, point(0.0))
+    h("tpot", b.itl).observe(done, shape(t.step_s, 0.12))
+    h("e2e", b.e2e).observe(done, shape(t.e2e, 0.6))
+    h("queue", b.queue).observe(done, shape(max(t.queue_s, 1e-4), 0.9))
+    h("prefill", b.phase).observe(done, shape(t.prefill_s, 0.5))
+    h("decode", b.phase).observe(done, shape(max(t.decode_s, 1e-4), 0.7))
+    h("inference", b.phase).observe(done, shape(t.prefill_s + t.decode_s, 0.7))
+    h("prompt", b.tokens).observe(done, req.prompt)
+    h("computed", b.tokens).observe(done, req.computed)
+    h("generation", b.tokens).observe(done, req.output)
+    h("max_tokens", b.tokens).observe(done, point(k.max_tokens))
+    h("params_n", VLLM_PARAMS_N).observe(done, point(1.0))
+    h("preempted", VLLM_PREEMPTIONS).observe(done, point(0.0))
     h("iteration", VLLM_ITERATION).observe(t.steps_per_s * dt, _step_tokens(k, t))
 
 

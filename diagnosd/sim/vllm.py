@@ -177,10 +177,12 @@ def _v1(out: Collector, state: PodState, engine: Engine, now: float) -> None:
         )
     o.counter("vllm:prompt_tokens_cached_total", "Number of cached prompt tokens (local + external).", cached)
     for reason in REASONS:
+        # Every reason is pre-created at 0; an abort is never counted (OutputProcessor.abort_requests
+        # does not reach the finished-request stats, vLLM issue 31503), so "abort" stays 0.
         o.counter(
             "vllm:request_success_total",
             "Count of successfully processed requests.",
-            c.get(f"finished:{reason}", 0.0),
+            0.0 if reason == "abort" else c.get(f"finished:{reason}", 0.0),
             (("finished_reason", reason),),
         )
     o.histograms(engine, HISTOGRAMS + V1_HISTOGRAMS)
@@ -244,7 +246,9 @@ def _v0(out: Collector, state: PodState, engine: Engine, now: float) -> None:
     )
     o.counter("vllm:prompt_tokens_total", "Number of prefill tokens processed.", c.get("prompt_tokens", 0.0))
     o.counter("vllm:generation_tokens_total", "Number of generation tokens processed.", c.get("generation_tokens", 0.0))
-    for reason in REASONS[:3]:
+    # V0 creates a reason's series at its first count and never counts an abort (the scheduler
+    # drops an aborted group before the stats see it): stop and length only.
+    for reason in REASONS[:2]:
         o.counter(
             "vllm:request_success_total",
             "Count of successfully processed requests.",

@@ -770,7 +770,16 @@ FALLBACK: list[dict[str, Any]] = [
 
 
 def stream_pod(pod: str, *, restarts: str, reason: str | None) -> list[dict[str, str]]:
+    # A vLLM that books its aborts as finished requests (finished_reason="abort", as with vLLM's
+    # fix for issue 55634): every prefilled prompt, aborted or not, reaches the request_prompt_tokens
+    # histogram, so prompt_tokens_total (1000 tokens a prompt, counted at the first token) grows
+    # as its _sum does. 600 requests a minute, about 50 running at any time.
+    labels = f'namespace="{NS}",pod="{pod}",model_name="m",engine="0"'
     out = [
+        s(f"vllm:prompt_tokens_total{{{labels}}}", "0+600000x70 _x1409 900000000+600000x20"),
+        s(f"vllm:request_prompt_tokens_sum{{{labels}}}", "0+600000x70 _x1409 900000000+600000x20"),
+        s(f"vllm:request_prompt_tokens_count{{{labels}}}", "0+600x70 _x1409 900000+600x20"),
+        s(f"vllm:num_requests_running{{{labels}}}", "50x70 _x1409 50x20"),
         s(
             f'vllm:request_success_total{{namespace="{NS}",pod="{pod}",model_name="m",engine="0",finished_reason="stop"}}',
             "0+588x70 _x1409 900000+480x20",
