@@ -7,11 +7,13 @@ beyond what the message needs (never a credential, never a whole body).
 from __future__ import annotations
 
 import logging
+from http import HTTPStatus
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
 
 from diagnosd.errors import (
     DiagnosdError,
@@ -36,6 +38,7 @@ RETRY_AFTER_SECONDS = "5"
 def install(app: FastAPI) -> None:
     app.add_exception_handler(DiagnosdError, _domain)  # type: ignore[arg-type]
     app.add_exception_handler(RequestValidationError, _invalid)  # type: ignore[arg-type]
+    app.add_exception_handler(HTTPException, _http)  # type: ignore[arg-type]
 
 
 def status_of(error: DiagnosdError) -> tuple[int, str]:
@@ -103,6 +106,32 @@ async def _invalid(request: Request, error: RequestValidationError) -> JSONRespo
     summary = "; ".join(f"{'.'.join(str(x) for x in p['loc'])}: {p['msg']}" for p in problems)
     body: dict[str, Any] = {"error": "invalid_request", "message": summary, "problems": problems}
     return JSONResponse(body, status_code=422)
+
+
+async def _http(request: Request, error: HTTPException) -> JSONResponse:
+    """The framework's own refusals (no route, wrong method, a body it cannot read) in the same shape."""
+    cause = error.__cause__
+    if error.status_code == 400 and cause is not None:
+        # FastAPI raises a bare "error parsing the body" for whatever json.loads raises but a
+        # JSONDecodeError: bytes that are not UTF-8, nesting beyond the decoder's recursion limit.
+        message = f"the request body cannot be read as JSON: {_unreadable(cause)}"
+        return JSONResponse({"error": "invalid_json", "message": message}, status_code=400)
+    try:
+        code = HTTPStatus(error.status_code).name.lower()
+    except ValueError:
+        code = "http_error"
+    return JSONResponse(
+        {"error": code, "message": str(error.detail)}, status_code=error.status_code, headers=error.headers
+    )
+
+
+def _unreadable(cause: BaseException) -> str:
+    """Why a body could not be decoded, without echoing it."""
+    if isinstance(cause, UnicodeDecodeError):
+        return f"not UTF-8 ({cause.reason} at byte {cause.start})"
+    if isinstance(cause, RecursionError):
+        return "nested too deeply"
+    return type(cause).__name__
 
 
 def _json_detail(item: Any) -> str:

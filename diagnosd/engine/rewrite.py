@@ -48,6 +48,7 @@ from diagnosd.topology.levels import RENAMED_LABELS
 
 # Characters RE2 treats specially; everything else matches itself.
 REGEX_SPECIAL = set(r"\.+*?()|[]{}^$")
+REPLACEMENT_CHARACTER = "\ufffd"
 # Functions over which the spellings are matched together by one regex selector.
 ABSENCE = frozenset({"absent", "absent_over_time"})
 # Functions the per-spelling choice does not climb past (their result is no vector to `or`).
@@ -285,7 +286,9 @@ def _union(node: pp.VectorSelector, spellings: Sequence[str]) -> pp.Expr:
 def _literal(matcher: ScopeMatcher) -> str:
     value = matcher.value if matcher.strict else _regex_escape(matcher.value) + "|"
     # JSON's escapes (\" \\ \n \uXXXX) are a subset of PromQL's Go-style double-quoted strings.
-    return json.dumps(value, ensure_ascii=False)
+    # U+FFFD is escaped too: Prometheus's lexer reads it as utf8.RuneError and refuses the whole
+    # query ("invalid UTF-8 rune"), while the escape stands for the same, valid, character.
+    return json.dumps(value, ensure_ascii=False).replace(REPLACEMENT_CHARACTER, "\\uFFFD")
 
 
 def _regex_escape(value: str) -> str:

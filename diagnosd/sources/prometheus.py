@@ -25,7 +25,8 @@ from diagnosd.errors import (
 from diagnosd.sources.base import Sample, Samples
 from diagnosd.urls import redact, scrub
 
-RETRYABLE_STATUS = {429, 502, 503, 504}
+UNAVAILABLE = 503
+RETRYABLE_STATUS = {429, 502, UNAVAILABLE, 504}
 # Where a success body's `warnings` travel from the HTTP layer to the samples.
 WARNINGS = "__diagnosd_warnings__"
 
@@ -160,7 +161,7 @@ def _payload(response: httpx.Response, url: str, promql: str | None) -> Any:
     except ValueError:
         body = None
     if not isinstance(body, dict):
-        error = SourceProtocolError(
+        error = _kind_of(response.status_code)(
             f"HTTP {response.status_code} with a body that is not the API's JSON: {response.text[:200]!r}",
             url=url,
             query=promql,
@@ -178,10 +179,16 @@ def _payload(response: httpx.Response, url: str, promql: str | None) -> Any:
     if kind == "timeout":
         raise SourceTimeout(text, url=url, query=promql)
     if response.status_code in RETRYABLE_STATUS:
-        raise _Retryable(SourceProtocolError(text, url=url, query=promql))
+        raise _Retryable(_kind_of(response.status_code)(text, url=url, query=promql))
     if 400 <= response.status_code < 500:
         raise QueryRejected(text, url=url, query=promql)
     raise SourceProtocolError(text, url=url, query=promql)
+
+
+def _kind_of(status: int) -> type[SourceError]:
+    """503 is Prometheus (or the proxy before it) saying it cannot serve now, e.g. while it starts:
+    unavailable, like a refused connection, not an answer that breaks the API's promise."""
+    return SourceUnavailable if status == UNAVAILABLE else SourceProtocolError
 
 
 def _samples(data: Any, url: str, promql: str) -> list[Sample]:

@@ -34,6 +34,10 @@ async def rejecting(request: httpx.Request) -> httpx.Response:
     return api_error(400, "bad_data", "parse error")
 
 
+async def not_ready(request: httpx.Request) -> httpx.Response:
+    return api_error(503, "unavailable", "TSDB not ready")
+
+
 async def test_an_unreachable_prometheus_is_503_with_what_failed(tmp_path: Path) -> None:
     url = f"http://127.0.0.1:{free_port()}"
     async with serve(build(settings(url, tmp_path))) as (client, _):
@@ -55,6 +59,7 @@ async def test_an_unreachable_prometheus_is_503_with_what_failed(tmp_path: Path)
         (slow, 504, "prometheus_timeout"),
         (broken, 502, "prometheus_error"),
         (rejecting, 502, "prometheus_error"),
+        (not_ready, 503, "prometheus_unavailable"),
     ],
 )
 async def test_each_failure_maps_to_its_status(tmp_path: Path, failure: Failure, status: int, code: str) -> None:

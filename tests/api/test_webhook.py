@@ -174,7 +174,7 @@ async def test_symptom_label_unmapped_and_unknown_symptoms(fleet_url: str, tmp_p
 
 
 async def test_newer_fields_are_tolerated(fleet_url: str, tmp_path: Path) -> None:
-    body = sample("webhook-received.json") | {"version": "5", "newTopLevel": {"x": 1}}
+    body = sample("webhook-received.json") | {"newTopLevel": {"x": 1}}
     body["alerts"][0] |= {"newAlertField": [1, 2], "silencedBy": [], "inhibitedBy": []}
     async with daemon(build(settings(fleet_url, tmp_path))) as (client, services):
         response = await deliver(client, services, body)
@@ -208,6 +208,15 @@ MALFORMED: list[tuple[str, bytes, int, str]] = [
         422,
         "body.alerts.0.labels.a",
     ),
+    (
+        "endsAt a number",
+        b'{"version":"4","status":"firing","alerts":[{"status":"firing","labels":{},"startsAt":"2026-01-01T00:00:00Z","endsAt":0}]}',
+        422,
+        "body.alerts.0.endsAt: Value error, expected an RFC3339 time string",
+    ),
+    ("another version", b'{"version":"3","status":"firing","alerts":[]}', 400, "payload version '3' is not supported"),
+    ("not UTF-8", b'{"version":"4","status":"firing","alerts":[],"receiver":"\xff"}', 400, "not UTF-8"),
+    ("nested too deeply", b"[" * 100_000 + b"]" * 100_000, 400, "nested too deeply"),
 ]
 
 
@@ -220,6 +229,7 @@ async def test_malformed_bodies_get_a_precise_error_and_the_daemon_keeps_serving
         after = await deliver(client, services, sample("webhook-received.json"))
     assert response.status_code == status, response.text
     assert message in response.json()["message"]
+    assert response.json()["error"] in ("invalid_json", "invalid_request", "bad_request")
     assert '"input"' not in response.text  # the body is never echoed back
     assert deliveries(services, "malformed") == 1
     assert after.status_code == 202

@@ -79,10 +79,26 @@ async def test_transient_5xx_is_retried_then_succeeds(respx_mock: respx.MockRout
 
 
 async def test_retries_are_bounded(respx_mock: respx.MockRouter, connect: Connect) -> None:
-    route = respx_mock.post("/api/v1/query").mock(return_value=httpx.Response(503, text="<html>busy</html>"))
+    route = respx_mock.post("/api/v1/query").mock(return_value=httpx.Response(502, text="<html>bad gateway</html>"))
     with pytest.raises(SourceProtocolError, match="not the API's JSON"):
         await connect(retries=2).query("up", AT)
     assert route.call_count == 3
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        api_error(503, "unavailable", "TSDB not ready"),
+        httpx.Response(503, text="Service Unavailable"),
+    ],
+)
+async def test_a_503_after_its_retries_is_unavailable_not_a_wrong_answer(
+    respx_mock: respx.MockRouter, connect: Connect, answer: httpx.Response
+) -> None:
+    route = respx_mock.post("/api/v1/query").mock(return_value=answer)
+    with pytest.raises(SourceUnavailable, match="HTTP 503") as caught:
+        await connect(retries=1).query("up", AT)
+    assert (caught.value.query, route.call_count) == ("up", 2)
 
 
 async def test_connection_refused_is_unavailable(respx_mock: respx.MockRouter, connect: Connect) -> None:

@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, Path, Query
 
-from diagnosd.api.deps import ServicesDep, parse_time, require_api
+from diagnosd.api.deps import LABEL_FILTER_PATTERN, MOMENT_PATTERN, ServicesDep, parse_time, require_api
 from diagnosd.api.schemas import ErrorOut, FindingDetailOut, FindingListOut, finding_detail, finding_out
 from diagnosd.engine import Scope
 from diagnosd.errors import FindingNotFound
@@ -36,14 +36,32 @@ async def list_findings(
     state: Annotated[StateFilter, Query(description="which states to list")] = "all",
     symptom: Annotated[str | None, Query(description="only this symptom id")] = None,
     cause: Annotated[str | None, Query(description="only this cause id")] = None,
-    label: Annotated[list[str], Query(description="target label filter LABEL=VALUE (repeatable)")] = [],  # noqa: B006
-    since: Annotated[str | None, Query(description="active at or after (RFC3339 or Unix; default: 1h ago)")] = None,
-    until: Annotated[str | None, Query(description="active at or before (RFC3339 or Unix; default: now)")] = None,
+    label: Annotated[
+        list[str],
+        Query(
+            description="target label filter LABEL=VALUE (repeatable, each label once)",
+            json_schema_extra={"items": {"type": "string", "pattern": LABEL_FILTER_PATTERN}},
+        ),
+    ] = [],  # noqa: B006
+    since: Annotated[
+        str | None,
+        Query(
+            description="active at or after (RFC3339 or Unix; default: 1h ago)",
+            json_schema_extra={"pattern": MOMENT_PATTERN},
+        ),
+    ] = None,
+    until: Annotated[
+        str | None,
+        Query(
+            description="active at or before (RFC3339 or Unix; default: now)",
+            json_schema_extra={"pattern": MOMENT_PATTERN},
+        ),
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> FindingListOut:
     now = svc.runtime.clock()
-    start = parse_time("since", since) if since else now - svc.runtime.settings.findings.recent
-    end = parse_time("until", until) if until else None
+    start = parse_time("since", since) if since is not None else now - svc.runtime.settings.findings.recent
+    end = parse_time("until", until) if until is not None else None
     query = FindingQuery(STATES[state], symptom, cause, Scope.parse(label).as_dict(), start, end, limit + 1)
     found = svc.store.findings(query)
     items = [finding_out(f) for f in found[:limit]]

@@ -13,12 +13,13 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
+from starlette.exceptions import HTTPException
 
 from diagnosd.api.deps import ServicesDep, require_webhook
 from diagnosd.api.schemas import ErrorOut, ReceiptOut, SkippedOut
 from diagnosd.daemon.alertmanager import payload as alerts
 from diagnosd.daemon.alertmanager.inbox import Offer
-from diagnosd.errors import QueueFull, Unauthorized
+from diagnosd.errors import QueueFull, RequestError, Unauthorized
 from diagnosd.sinks.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -50,8 +51,12 @@ class CountedRoute(APIRoute):
             outcome: Refused | None = None
             try:
                 return await handler(request)
-            except RequestValidationError:
+            except (RequestValidationError, RequestError):
                 outcome = Refused.MALFORMED
+                raise
+            except HTTPException as error:
+                # A body FastAPI cannot decode at all (not UTF-8, nested too deeply) is a 400 here.
+                outcome = Refused.MALFORMED if error.status_code == 400 else None
                 raise
             except Unauthorized:
                 outcome = Refused.UNAUTHORIZED
@@ -84,6 +89,7 @@ router = APIRouter(tags=["webhook"], route_class=CountedRoute)
     },
 )
 async def receive(payload: alerts.Payload, svc: ServicesDep) -> ReceiptOut:
+    alerts.check_version(payload)
     hook = svc.runtime.settings.webhook
     trees = svc.diagnoser.ruleset.trees
     plan = alerts.plan(payload, trees, hook.alertname_map, hook.scope_labels, svc.runtime.clock())

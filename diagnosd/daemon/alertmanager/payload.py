@@ -9,19 +9,37 @@ instance, rule and external labels) stays out of the scope: see docs/daemon.md f
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
+from diagnosd.engine.scope import Scope
+from diagnosd.errors import RequestError, ScopeError
 from diagnosd.trees.model import Tree
 
 SYMPTOM_LABEL = "symptom"
+# The one payload version Alertmanager has sent since 0.8; another would be read wrongly.
+VERSION = "4"
 # Alertmanager's "no end" for a firing alert.
 ZERO_TIME = datetime(1, 1, 1, tzinfo=UTC)
+# What Go's time.RFC3339Nano writes: pydantic alone would also take Unix numbers and bare dates.
+RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})")
+
+
+def _rfc3339(value: object) -> object:
+    if isinstance(value, datetime):
+        return value
+    if not isinstance(value, str) or not RFC3339.fullmatch(value):
+        raise ValueError("expected an RFC3339 time string such as 2026-11-29T14:00:00Z")
+    return value
+
+
+Rfc3339 = Annotated[datetime, BeforeValidator(_rfc3339)]
 
 
 class _Tolerant(BaseModel):
@@ -34,8 +52,8 @@ class Alert(_Tolerant):
     status: Literal["firing", "resolved"]
     labels: dict[str, str]
     annotations: dict[str, str] = {}
-    startsAt: datetime
-    endsAt: datetime | None = None
+    startsAt: Rfc3339
+    endsAt: Rfc3339 | None = None
     generatorURL: str = ""
     fingerprint: str = ""
 
@@ -76,6 +94,13 @@ class Payload(_Tolerant):
 class Skip(StrEnum):
     UNMAPPED = "unmapped"  # no symptom label and an alertname the map does not know
     UNKNOWN_SYMPTOM = "unknown_symptom"  # names a symptom no loaded tree has
+    BAD_SCOPE = "bad_scope"  # a scope label value no query may carry (too long, not unicode)
+
+
+def check_version(payload: Payload) -> None:
+    """Refuses a payload of another version than the one whose fields this module reads."""
+    if payload.version != VERSION:
+        raise RequestError("version", f"payload version {payload.version!r} is not supported; expected {VERSION!r}")
 
 
 @dataclass(frozen=True)
@@ -156,13 +181,20 @@ def plan(
         if tree is None:
             skipped.append(Skipped(alert.identity, alertname, Skip.UNKNOWN_SYMPTOM, f"no tree for {symptom!r}"))
             continue
+        labels = scope(alert.labels, tree, scope_labels)
+        try:
+            Scope.of(labels)
+        except ScopeError as error:
+            # Refused here, once, not retried by the workers up to max_attempts.
+            skipped.append(Skipped(alert.identity, alertname, Skip.BAD_SCOPE, str(error)))
+            continue
         job = AlertJob(
             fingerprint=alert.identity,
             status=alert.status,
             starts_at=alert.startsAt.isoformat(),
             alertname=alertname,
             symptom=symptom,
-            scope=scope(alert.labels, tree, scope_labels),
+            scope=labels,
             received_at=received_at,
         )
         jobs.setdefault(job.key, job)

@@ -8,7 +8,8 @@ import pytest
 from pydantic import ValidationError
 
 from diagnosd.daemon import compose
-from diagnosd.daemon.alertmanager.payload import Payload, Skip, plan, scope
+from diagnosd.daemon.alertmanager.payload import Payload, Skip, check_version, plan, scope
+from diagnosd.errors import RequestError
 from tests.serving import RULES, sample
 
 TREES = compose.load(RULES).ruleset.trees
@@ -110,8 +111,53 @@ def test_an_alert_without_target_labels_scopes_what_it_has() -> None:
         {"alerts": [{"status": "firing", "labels": {}, "startsAt": "not a time"}]},
         {"alerts": [{"status": "firing", "labels": {"a": ["b"]}, "startsAt": "2026-01-01T00:00:00Z"}]},
         {"truncatedAlerts": -1},
+        # Times are RFC3339 strings, as Alertmanager writes them; pydantic alone takes these.
+        {"alerts": [{"status": "firing", "labels": {}, "startsAt": "2026-01-01T00:00:00Z", "endsAt": 0}]},
+        {"alerts": [{"status": "firing", "labels": {}, "startsAt": 1767225600}]},
+        {"alerts": [{"status": "firing", "labels": {}, "startsAt": "1767225600"}]},
+        {"alerts": [{"status": "firing", "labels": {}, "startsAt": "2026-01-01"}]},
+        {"alerts": [{"status": "firing", "labels": {}, "startsAt": "2026-01-01T00:00:00"}]},
     ],
 )
 def test_malformed_payloads_are_refused(change: dict[str, object]) -> None:
     with pytest.raises(ValidationError):
         Payload.model_validate(sample("webhook-received.json") | change)
+
+
+def test_rfc3339_times_with_an_offset_or_nanoseconds_are_read_in_utc() -> None:
+    body = sample("webhook-received.json")
+    body["alerts"][0]["startsAt"] = "2026-11-29T16:24:44.449796123+02:00"
+    [alert] = Payload.model_validate(body).alerts
+    assert alert.startsAt == datetime(2026, 11, 29, 14, 24, 44, 449796, tzinfo=UTC)
+
+
+@pytest.mark.parametrize("version", ["3", "5", ""])
+def test_another_payload_version_is_refused_by_name(version: str) -> None:
+    payload = Payload.model_validate(sample("webhook-received.json") | {"version": version})
+    with pytest.raises(RequestError, match=f"payload version {version!r} is not supported") as caught:
+        check_version(payload)
+    assert caught.value.parameter == "version"
+    check_version(Payload.model_validate(sample("webhook-received.json")))
+
+
+@pytest.mark.parametrize(
+    ("pod", "why"),
+    [("a\ud800b", "not valid unicode"), ("v" * 1025, "longer than 1024")],
+)
+def test_an_alert_whose_scope_no_query_may_carry_is_skipped_with_why(pod: str, why: str) -> None:
+    body = sample("webhook-received.json")
+    body["alerts"].append({**body["alerts"][0], "fingerprint": "0000000000000bad"})
+    body["alerts"][1]["labels"] = {**body["alerts"][0]["labels"], "pod": pod}
+    planned = plan(Payload.model_validate(body), TREES, {"VLLMQueueBacklog": "queue_backlog"}, [], NOW)
+    assert [job.scope["pod"] for job in planned.jobs] == ["vllm-0"]
+    [skipped] = planned.skipped
+    assert (skipped.fingerprint, skipped.reason) == ("0000000000000bad", Skip.BAD_SCOPE)
+    assert "'pod'" in skipped.detail
+    assert why in skipped.detail
+
+
+def test_a_replacement_character_is_a_valid_scope_value() -> None:
+    body = sample("webhook-received.json")
+    body["alerts"][0]["labels"]["pod"] = "vllm-\ufffd"
+    [job] = plan(Payload.model_validate(body), TREES, {"VLLMQueueBacklog": "queue_backlog"}, [], NOW).jobs
+    assert job.scope["pod"] == "vllm-\ufffd"
