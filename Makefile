@@ -37,10 +37,10 @@ lint: deps
 # drive whole fleets in pure Python, where tracing costs most (~2.3x slower under coverage):
 # measured, they would take CI past its 15 minutes on 2 cores. Subprocesses (the CLI run as a
 # real process) are measured too: see pyproject.toml.
-# COV_FLOOR: the measured total rounded down, less 1 (91 %; `make coverage` prints it).
+# COV_FLOOR: the measured total rounded down, less 1 (93 %; `make coverage` prints it).
 UNITS = tests/api tests/cli tests/daemon tests/engine tests/findings tests/generate tests/promlocal \
 	tests/render tests/rulestest tests/sinks tests/sources tests/storage tests/topology tests/trees
-COV_FLOOR ?= 90
+COV_FLOOR ?= 92
 
 test: system-deps deps lint
 	$(PY) -m diagnosd rules validate rules
