@@ -20,20 +20,21 @@ import asyncio
 import math
 import statistics
 import tempfile
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
 from diagnosd.daemon import compose
 from diagnosd.drills import windows
-from diagnosd.drills.verify import LABEL, judge, keep_for, names_for, spelled, trees_for
+from diagnosd.drills.verify import LABEL, backfilled_series, judge, names_for, simulated, spelled, trees_for
 from diagnosd.engine import Scope
 from diagnosd.findings.lifecycle import Trigger
 from diagnosd.findings.model import Diagnosis, TargetDiagnosis, Verdict
-from diagnosd.promlocal import LocalPrometheus, backfill, openmetrics
-from diagnosd.sim.batch import Job, histories
+from diagnosd.promlocal import LocalPrometheus, openmetrics
+from diagnosd.sim.batch import Job
 from diagnosd.sim.fleet import layout
+from diagnosd.sim.history import Series as HistorySeries
 from diagnosd.sim.history import as_series
 from diagnosd.sim.scenario import Expectation, Scenario
 from diagnosd.sim.simulator import current_names
@@ -129,25 +130,19 @@ def run(
         by_base.setdefault(c.base, []).append(c)
     jobs = [Job(s, names_for(s, rules), ((LABEL, name),)) for name, s in bases.items()]
     plan = plan_for(matrix, rules, naive)
-    keep = keep_for(anchor, plan)
+
+    def varied(series: HistorySeries) -> Iterator[Iterator[openmetrics.Series]]:
+        if not series:
+            return
+        base = dict(next(iter(series))[1])[LABEL]
+        for c in by_base[base]:
+            yield as_series(relabel(c.variation.apply(series, _cluster(c.scenario)), LABEL, c.id))
+
     with tempfile.TemporaryDirectory(prefix="diagnosd-accuracy-") as tmp:
         work = workdir or Path(tmp)
-        with (work / "matrix.om").open("w", encoding="utf-8") as out:
-            far = (plan.far, plan.far_names)
-            simulated = histories(
-                jobs, anchor=anchor, seed=seed, keep=keep, history=plan.history, looks=plan.dense, far=far
-            )
-            for series in simulated:
-                if not series:
-                    continue
-                base = dict(next(iter(series))[1])[LABEL]
-                for c in by_base[base]:
-                    varied = c.variation.apply(series, _cluster(c.scenario))
-                    openmetrics.write(out, as_series(relabel(varied, LABEL, c.id)), end=False)
-            out.write("# EOF\n")
-        backfill(work / "matrix.om", work / "tsdb")
-        (work / "matrix.om").unlink()
-        with LocalPrometheus(work / "prometheus", tsdb=work / "tsdb") as prom:
+        batches = simulated(jobs, plan, anchor=anchor, seed=seed)
+        tsdb = backfilled_series((one for series in batches for one in varied(series)), work, "matrix")
+        with LocalPrometheus(work / "prometheus", tsdb=tsdb) as prom:
             return _wrong(asyncio.run(_evaluate(prom.url, matrix, rules, anchor, naive)))
 
 

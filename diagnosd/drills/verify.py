@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import tempfile
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -25,6 +25,7 @@ from diagnosd.findings.lifecycle import Trigger
 from diagnosd.findings.model import Diagnosis
 from diagnosd.promlocal import LocalPrometheus, backfill, openmetrics
 from diagnosd.sim.batch import Job, histories
+from diagnosd.sim.history import Series as HistorySeries
 from diagnosd.sim.history import as_series
 from diagnosd.sim.scenario import Scenario
 from diagnosd.sim.schedule import Schedule
@@ -81,23 +82,36 @@ def backfilled(
 ) -> Path:
     """Every scenario's history as the trees read it, backfilled into one TSDB under `work` (returned)."""
     jobs = [Job(s, names_for(s, rules), ((LABEL, s.name or "?"),)) for s in scenarios]
-    plan = plan_for(scenarios, rules)
-    keep = keep_for(anchor, plan)
-    with (work / "scenarios.om").open("w", encoding="utf-8") as out:
-        simulated = histories(
-            jobs,
-            anchor=anchor,
-            seed=seed,
-            keep=keep,
-            parallel=parallel,
-            history=plan.history,
-            looks=plan.dense,
-            far=(plan.far, plan.far_names),
-        )
-        for series in simulated:
-            openmetrics.write(out, as_series(series), end=False)
+    batches = simulated(jobs, plan_for(scenarios, rules), anchor=anchor, seed=seed, parallel=parallel)
+    return backfilled_series((as_series(series) for series in batches), work, "scenarios")
+
+
+def simulated(
+    jobs: Sequence[Job], plan: windows.Plan, *, anchor: float, seed: int, parallel: bool = True
+) -> Iterator[HistorySeries]:
+    """The jobs' histories where and as far back as `plan` says the trees read, one batch per job."""
+    return histories(
+        jobs,
+        anchor=anchor,
+        seed=seed,
+        keep=keep_for(anchor, plan),
+        parallel=parallel,
+        history=plan.history,
+        looks=plan.dense,
+        far=(plan.far, plan.far_names),
+    )
+
+
+def backfilled_series(batches: Iterable[Iterable[openmetrics.Series]], work: Path, name: str) -> Path:
+    """Every batch written to one OpenMetrics file under `work`, backfilled into `work/tsdb` (returned);
+    the file is removed once the blocks are cut."""
+    path = work / f"{name}.om"
+    with path.open("w", encoding="utf-8") as out:
+        for batch in batches:
+            openmetrics.write(out, batch, end=False)
         out.write("# EOF\n")
-    backfill(work / "scenarios.om", work / "tsdb")
+    backfill(path, work / "tsdb")
+    path.unlink()
     return work / "tsdb"
 
 

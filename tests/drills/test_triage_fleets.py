@@ -23,12 +23,12 @@ import pytest
 from diagnosd.cli import main
 from diagnosd.daemon import compose
 from diagnosd.drills import windows
-from diagnosd.drills.verify import keep_for, metric_names, spelled
+from diagnosd.drills.verify import backfilled_series, metric_names, simulated, spelled
 from diagnosd.engine import Scope
 from diagnosd.findings.triage import Board
-from diagnosd.promlocal import LocalPrometheus, backfill, openmetrics
+from diagnosd.promlocal import LocalPrometheus
 from diagnosd.sim import scenario
-from diagnosd.sim.batch import Job, histories
+from diagnosd.sim.batch import Job
 from diagnosd.sim.fleet import layout
 from diagnosd.sim.history import as_series
 from diagnosd.sources import PrometheusConfig
@@ -72,26 +72,11 @@ def fleets(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]
     with ExitStack() as stack:
         urls: dict[str, str] = {}
         for name in (*HEALTHY, FAULT):
-            history = work / f"{name}.om"
-            with history.open("w", encoding="utf-8") as out:
-                jobs = [Job(scenario.load(name), names, ())]
-                keep = keep_for(ANCHOR, plan)
-                simulated = histories(
-                    jobs,
-                    anchor=ANCHOR,
-                    seed=0,
-                    keep=keep,
-                    parallel=False,
-                    history=plan.history,
-                    looks=plan.dense,
-                    far=(plan.far, plan.far_names),
-                )
-                for series in simulated:
-                    openmetrics.write(out, as_series(series), end=False)
-                out.write("# EOF\n")
-            backfill(history, work / name / "tsdb")
-            history.unlink()
-            prom = stack.enter_context(LocalPrometheus(work / name / "prometheus", tsdb=work / name / "tsdb"))
+            (work / name).mkdir()
+            jobs = [Job(scenario.load(name), names, ())]
+            batches = simulated(jobs, plan, anchor=ANCHOR, seed=0, parallel=False)
+            tsdb = backfilled_series((as_series(series) for series in batches), work / name, name)
+            prom = stack.enter_context(LocalPrometheus(work / name / "prometheus", tsdb=tsdb))
             urls[name] = prom.url
         yield urls
 
