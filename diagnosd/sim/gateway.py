@@ -71,7 +71,7 @@ def failure_share(k: PodKnobs, group: GroupKnobs, engine: Engine | None) -> tupl
         return 1.0, 0.0
     t = engine.tick
     late = 0.0
-    if t.served > 0.0:
+    if t.served > 0.0 or t.arrivals > 0.0:  # a stuck engine serves nothing: every call times out
         late = group.streaming_share * _beyond(t.ttft, group.timeout) + (1 - group.streaming_share) * _beyond(
             t.e2e, group.timeout
         )

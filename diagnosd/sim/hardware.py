@@ -44,9 +44,10 @@ class Gpu:
 def read(
     gpu: GpuSpec, index: int, k: PodKnobs, engine: Engine | None, noise: int, t: float, loading: bool = False
 ) -> Reading:
-    """One GPU of a pod at time t: idle when the engine is down, its memory taken while it loads."""
+    """One GPU of a pod at time t: idle when the engine is down, its memory taken while it loads;
+    another process's memory on the GPU is there either way."""
     if engine is None:
-        fb = _fb_used(gpu, index, k) if loading else 0.0
+        fb = _fb_used(gpu, index, k) if loading else min(k.other_fb_mib, gpu.fb_total_mib - gpu.fb_reserved_mib)
         return Reading(
             util=8.0 if loading else 0.0,
             temp=34.0 * jitter(noise, t, 0.02),
@@ -85,10 +86,19 @@ def read(
 
 
 def _fb_used(gpu: GpuSpec, index: int, k: PodKnobs) -> float:
-    used = k.gpu_memory_utilization * gpu.fb_total_mib + CONTEXT_MIB + k.extra_fb_mib
+    used = k.gpu_memory_utilization * gpu.fb_total_mib + CONTEXT_MIB + k.extra_fb_mib + k.other_fb_mib
     if gpu.count > 1:
         used -= k.fb_skew * gpu.fb_total_mib * index / (gpu.count - 1)
     return max(0.0, min(used, gpu.fb_total_mib - gpu.fb_reserved_mib))
+
+
+def start_refused(gpu: GpuSpec, k: PodKnobs) -> bool:
+    """vLLM V1's start-up check (Worker.init_device, before any weight is read): the memory CUDA
+    reports free, once the engine's own context exists, must hold --gpu-memory-utilization of the
+    total, or the engine raises "Free memory on device ... is less than desired GPU memory
+    utilization" and exits."""
+    total = gpu.fb_total_mib - gpu.fb_reserved_mib
+    return total - CONTEXT_MIB - k.other_fb_mib < k.gpu_memory_utilization * total
 
 
 def fb_free(gpu: GpuSpec, used: float) -> float:

@@ -114,11 +114,13 @@ def _container(out: Collector, state: PodState, own: dict[str, str], node: str, 
             f"[STABLE] Describes whether the container is currently in {name} state.",
         ).add(_labels(**c), float(flag))
     if not running:
+        # A container that exited waits out the kubelet's restart back-off; a new one is created.
+        reason = "CrashLoopBackOff" if state.restarts and not state.pending else "ContainerCreating"
         _g(
             out,
             "kube_pod_container_status_waiting_reason",
             "[STABLE] Describes the reason the container is currently in waiting state.",
-        ).add(_labels(**c, reason="ContainerCreating"), 1)
+        ).add(_labels(**c, reason=reason), 1)
     else:
         _g(out, "kube_pod_container_state_started", "[STABLE] Start time in unix timestamp for a pod container.").add(
             _labels(**c), started

@@ -8,30 +8,45 @@ A tick advances the state by `dt` seconds at the arrival rate the gateway routed
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from diagnosd.sim import defaults
 from diagnosd.sim.distributions import LogNormal, Shape, point, shape
 from diagnosd.sim.histogram import VLLM_ITERATION, VLLM_PARAMS_N, VLLM_PREEMPTIONS, Bounds, Histogram
-from diagnosd.sim.spec import GpuSpec, ModelSpec, PodKnobs
+from diagnosd.sim.spec import EngineKind, GpuSpec, ModelSpec, Names, PodKnobs
 
 MIB = 1 << 20
 GIB = 1 << 30
 EAGER_MS = 10.0  # kernel launches per step without CUDA graphs (--enforce-eager, --disable-cuda-graph)
 REASONS = ("stop", "length", "abort", "error", "repetition")
+HUNG_S = 1e6  # the first token of a request sent to a stuck engine: never, past any client timeout
 
 
 @dataclass(frozen=True)
 class Capacity:
-    """KV-cache size from the memory budget, as the engine computes it at start."""
+    """KV-cache size from the memory budget, and the running-request limit the engine picks
+    itself where --max-num-seqs is unset, as the engine computes them at start."""
 
     kv_tokens: float
     num_gpu_blocks: int
+    default_max_num_seqs: int
 
 
-def capacity(knobs: PodKnobs, model: ModelSpec, gpu: GpuSpec) -> Capacity:
+def capacity(
+    knobs: PodKnobs, model: ModelSpec, gpu: GpuSpec, engine: EngineKind = "vllm", names: Names = "v1"
+) -> Capacity:
     budget = knobs.gpu_memory_utilization * gpu.fb_total_mib * MIB - (model.weights_gib + model.activation_gib) * GIB
     blocks = max(1, int(budget / kv_bytes(knobs, model)) // knobs.block_size)
-    return Capacity(float(blocks * knobs.block_size), blocks)
+    tokens = float(blocks * knobs.block_size)
+    seqs = defaults.max_num_seqs(engine, names, gpu, tokens, knobs.max_model_len)
+    if engine == "vllm":  # a defaulted --max-num-seqs never exceeds --max-num-batched-tokens
+        seqs = min(seqs, knobs.max_num_batched_tokens)
+    return Capacity(tokens, blocks, seqs)
+
+
+def max_num_seqs(k: PodKnobs, cap: Capacity) -> int:
+    """The running-request limit in force: the pod's flag where set, else the engine's own."""
+    return k.max_num_seqs if k.max_num_seqs is not None else cap.default_max_num_seqs
 
 
 def kv_bytes(knobs: PodKnobs, model: ModelSpec) -> float:
@@ -76,7 +91,6 @@ class Engine:
     started: float
     waiting: float = 0.0
     running: float = 0.0
-    stalled: float = 0.0
     kv_usage: float = 0.0
     kv_in_flight: float = 0.0  # requests whose KV is being pulled (decode side of PD, see pd.py)
     counters: dict[str, float] = field(default_factory=dict)
@@ -143,8 +157,8 @@ class Plan:
     k: PodKnobs
     req: Request
     kv_per_request: float
+    max_num_seqs: int
     slots: float  # requests that fit (max-num-seqs or the KV pool, whichever binds)
-    stalled: float  # slots held by clients that stopped reading
     weights_ms: float  # reading the weights once, per step
     kv_ms: float  # reading one running request's KV cache, per step
     fixed_ms: float  # launch overhead and host time per step
@@ -152,17 +166,18 @@ class Plan:
     per_seq_ms: float  # decode compute per running sequence
 
     @classmethod
-    def of(cls, k: PodKnobs, model: ModelSpec, gpu: GpuSpec, cap: Capacity, req: Request, arrivals: float) -> Plan:
+    def of(cls, k: PodKnobs, model: ModelSpec, gpu: GpuSpec, cap: Capacity, req: Request) -> Plan:
         kv_per_request = req.prompt_mean * (1.0 - 0.7 * req.hit) + req.output_mean / 2.0 + k.block_size
-        slots = min(float(k.max_num_seqs), 0.98 * cap.kv_tokens / kv_per_request)
+        seqs = max_num_seqs(k, cap)
+        slots = min(float(seqs), 0.98 * cap.kv_tokens / kv_per_request)
         bandwidth = gpu.bandwidth_gbs * 1e9 / 1000.0  # bytes per ms
         context = req.prompt_mean + req.output_mean / 2.0
         return cls(
             k=k,
             req=req,
             kv_per_request=kv_per_request,
+            max_num_seqs=seqs,
             slots=slots,
-            stalled=min(slots * 0.98, arrivals * k.stalled_share * k.stall_seconds),
             weights_ms=model.weights_gib * GIB / bandwidth,
             kv_ms=context * kv_bytes(k, model) / bandwidth,
             fixed_ms=k.step_overhead_ms + (EAGER_MS if k.enforce_eager else 0.0),
@@ -172,7 +187,7 @@ class Plan:
 
     @property
     def busy_slots(self) -> float:
-        return max(self.slots - self.stalled, 0.5)
+        return max(self.slots, 0.5)
 
     def mem_ms(self, running: float) -> float:
         return self.weights_ms + running * self.kv_ms
@@ -182,8 +197,7 @@ class Plan:
 
     def step_s(self, running: float, rate: float) -> float:
         k = self.k
-        total = running + self.stalled
-        mem, compute = self.mem_ms(total), total * self.per_seq_ms
+        mem, compute = self.mem_ms(running), running * self.per_seq_ms
         gpu = (max(mem, compute) + 0.3 * min(mem, compute)) / k.clock_factor  # loads and math overlap
         decode_ms = (gpu + self.fixed_ms) / (1.0 - k.gpu_contention) + k.host_ms
         return decode_ms / (1.0 - self.prefill_share(rate)) / 1000.0
@@ -227,7 +241,7 @@ def step(engine: Engine, k: PodKnobs, spec: tuple[ModelSpec, GpuSpec, Capacity],
     model, gpu, cap = spec
     share = hit_ratio(k, engine.kv_usage)
     req = Request.of(k, share)
-    plan = Plan.of(k, model, gpu, cap, req, arrivals)
+    plan = Plan.of(k, model, gpu, cap, req)
     limit = plan.capacity_rate()
     offered = engine.waiting + arrivals * dt
     served_n = min(offered, limit * dt)
@@ -235,11 +249,18 @@ def step(engine: Engine, k: PodKnobs, spec: tuple[ModelSpec, GpuSpec, Capacity],
     engine.waiting = offered - served_n - abandoned
     served = served_n / dt
     saturated = served_n >= limit * dt * 0.999
-    running = plan.busy_slots if saturated else plan.running(served, engine.running - engine.stalled)
-    engine.running, engine.stalled = running + plan.stalled, plan.stalled
+    running = plan.busy_slots if saturated else plan.running(served, engine.running)
+    engine.running = running
     engine.kv_usage = min(1.0, engine.running * plan.kv_per_request / cap.kv_tokens)
     engine.tick = _tick(engine, plan, arrivals, served, running, limit, share)
     engine.count("abandoned", abandoned)  # aborted while queued: booked by account()
+
+
+def hang(engine: Engine, arrivals: float) -> None:
+    """A stuck engine loop (vllm-project/vllm#2731, #17972): no step, so no counter, histogram or
+    gauge moves (vLLM V1 records its gauges from each step's scheduler stats, and the API server
+    keeps exporting the last ones); what reaches the engine is never answered."""
+    engine.tick = replace(engine.tick, arrivals=arrivals, served=0.0, ttft=HUNG_S, queue_s=HUNG_S)
 
 
 def _tick(
@@ -250,7 +271,7 @@ def _tick(
     # Requests that waited longer than the clients' patience were abandoned, not served.
     queue_s = min((engine.waiting + load**12 / (1.0 - load) * 0.5) / max(served, 1e-9), k.client_patience)
     step_s, prefill_s, _ = plan.times(running, served)
-    kv_bound = plan.slots < k.max_num_seqs and engine.waiting > 1.0
+    kv_bound = plan.slots < plan.max_num_seqs and engine.waiting > 1.0
     return Tick(
         arrivals=arrivals,
         served=served,

@@ -100,6 +100,15 @@ class MetricsServer:
 
 def _handler(server: MetricsServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
+        def handle(self) -> None:
+            # A scraper may hang up mid-answer (Prometheus stopping at the end of a demo, a scrape
+            # timeout): there is nobody left to answer, which is no error of the simulator, and
+            # socketserver would print a traceback for it.
+            try:
+                super().handle()
+            except (BrokenPipeError, ConnectionResetError):
+                self.close_connection = True
+
         def do_GET(self) -> None:
             path = self.path.split("?", 1)[0]
             if path == "/metrics":

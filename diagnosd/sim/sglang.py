@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 
 from diagnosd.sim.exposition import Collector, Family, Kind, Labels, colon_free, histogram
-from diagnosd.sim.model import Engine
+from diagnosd.sim.model import Engine, max_num_seqs
 from diagnosd.sim.simulator import PodState, Simulator
 from diagnosd.sim.vllm import scrape_labels
 
@@ -67,7 +67,7 @@ def _pod(out: Collector, state: PodState, engine: Engine) -> None:
     gauge("sglang:context_len", "Maximum context length.", k.max_model_len)
     gauge("sglang:gen_throughput", "The generation throughput (token/s).", t.served * t.output_mean)
     gauge("sglang:cache_hit_rate", "The prefix cache hit rate.", t.hit)
-    gauge("sglang:utilization", "The utilization.", min(1.0, engine.running / max(k.max_num_seqs, 1)))
+    gauge("sglang:utilization", "The utilization.", min(1.0, engine.running / max_num_seqs(k, cap)))
     gauge("sglang:new_token_ratio", "The new token ratio.", 0.7 if t.preemptions == 0.0 else 1.0)
     gauge("sglang:num_retracted_reqs", "The number of retracted requests.", round(t.preemptions * 10.0))
     gauge("sglang:num_paused_reqs", "The number of paused requests by async weight sync.", 0)

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from diagnosd.sim import ledger, pd
 from diagnosd.sim.fleet import Layout, Pod, layout, pod_name, pod_uid
 from diagnosd.sim.gateway import Gateway, Knobs, arrivals, route
-from diagnosd.sim.hardware import Gpu, read
+from diagnosd.sim.hardware import Gpu, read, start_refused
 from diagnosd.sim.histogram import SGLANG_BOUNDS, Bounds, vllm_bounds
-from diagnosd.sim.model import Capacity, Engine, account, capacity, cpu_cores, step
+from diagnosd.sim.model import Capacity, Engine, account, capacity, cpu_cores, hang, step
 from diagnosd.sim.noise import jitter, stream
 from diagnosd.sim.scenario import Replace, Scenario, seconds
 from diagnosd.sim.schedule import LOOKS, Schedule
@@ -29,6 +29,8 @@ DAY = 86400.0
 HISTORY = 26 * 3600.0
 PEAK_BEFORE_ANCHOR = 3600.0
 LOAD_SECONDS = 180.0  # model load before the first container became ready
+CHECK_SECONDS = 20.0  # from a vLLM container's start to its memory check (imports, NCCL set-up)
+BACKOFF = (10.0, 300.0)  # the kubelet's CrashLoopBackOff: first delay, doubling up to the cap
 
 
 @dataclass
@@ -56,6 +58,7 @@ class PodState:
     generation: int = 0
     ready_since: float | None = None
     restarts: int = 0
+    crashes: int = 0  # exits in a row without the engine coming up (the back-off doubles)
     last_exit: Exit | None = None
     down_until: float = 0.0
     loading: tuple[float, float] | None = None  # (from, until) of the last model load: the disk reads
@@ -116,7 +119,7 @@ class Simulator:
         state = PodState(
             pod=pod,
             knobs=knobs,
-            cap=capacity(knobs, pod.deployment.model, pod.deployment.gpu),
+            cap=_capacity(pod, knobs),
             bounds=_bounds(pod, knobs),
             engine=Engine(started=self.origin),
             name=pod.name,
@@ -200,16 +203,40 @@ class Simulator:
             state.down_until = when + seconds(restart.downtime)
             state.loading = (state.container_started, state.down_until)
             state.ready_since = None
+        self._refuse_start(state, t)
         if state.engine is None and state.scheduled is not None and state.down_until <= t:
             knobs = self.timeline.knobs(state.pod.key, state.pod.deployment.pod, t)
             state.engine = Engine(started=state.down_until)
+            state.crashes = 0
             state.bounds = _bounds(state.pod, knobs)
-            state.cap = capacity(knobs, state.pod.deployment.model, state.pod.deployment.gpu)
+            state.cap = _capacity(state.pod, knobs)
             state.ready_since = state.down_until
             state.cpu_seconds = 0.0
 
     def _loading(self, state: PodState, when: float) -> bool:
         return state.loading is not None and state.loading[0] <= when < state.down_until
+
+    def _refuse_start(self, state: PodState, t: float) -> None:
+        """vLLM V1 containers that find too little free GPU memory exit (status 1) seconds after
+        they start, before reading any weight, and the kubelet starts them again after its
+        CrashLoopBackOff delay: the GPU never fills, it holds only the other process's memory."""
+        d = state.pod.deployment
+        if state.engine is not None or state.scheduled is None or not _checks_memory(state):
+            return
+        while (when := state.container_started + CHECK_SECONDS) <= t and when < state.down_until:
+            if not start_refused(d.gpu, self.timeline.knobs(state.pod.key, d.pod, when)):
+                return
+            load = state.down_until - state.container_started
+            state.crashes += 1
+            state.restarts += 1
+            state.last_exit = Exit("Error", 1, when)
+            state.container_started = when + min(BACKOFF[0] * 2.0 ** (state.crashes - 1), BACKOFF[1])
+            state.down_until = state.container_started + load
+            state.loading = (state.container_started, state.down_until)
+
+    def _refused(self, state: PodState) -> bool:
+        """A start that will fail the memory check: it loads nothing while it lasts."""
+        return _checks_memory(state) and start_refused(state.pod.deployment.gpu, state.knobs)
 
     def _replace(self, state: PodState, when: float, replace: Replace) -> None:
         pod = state.pod
@@ -228,12 +255,14 @@ class Simulator:
     def _pod(self, state: PodState, arrivals: float, t: float, dt: float) -> None:
         d = state.pod.deployment
         pulled = 0.0
-        if state.engine is not None:
+        if state.engine is not None and state.knobs.engine_hung:
+            hang(state.engine, arrivals)
+        elif state.engine is not None:
             step(state.engine, state.knobs, (d.model, d.gpu, state.cap), arrivals, dt)
             account(state.engine, state.knobs, state.bounds, dt)
             if d.kv_consumer:
                 pulled = pd.pull(state.engine, state.knobs, d.model, d.gpu, dt)
-        loading = state.engine is None and self._loading(state, t)
+        loading = state.engine is None and self._loading(state, t) and not self._refused(state)
         for gpu in state.gpus:
             gpu.reading = read(d.gpu, gpu.index, state.knobs, state.engine, state.noise + gpu.index * 7, t, loading)
             gpu.energy_mj += gpu.reading.power * dt * 1000.0
@@ -259,7 +288,7 @@ class Simulator:
 
     def _load_rate(self, state: PodState, t: float, dt: float) -> float:
         """Bytes/s the node reads while the pod's model loads (weights spread over the load time)."""
-        if state.loading is None:
+        if state.loading is None or (state.engine is None and self._refused(state)):
             return 0.0
         start, end = state.loading
         overlap = max(0.0, min(end, t) - max(start, t - dt))
@@ -277,6 +306,16 @@ def current_names(scenario: Scenario, at: float, anchor: float) -> dict[str, str
         generations = sum(1 for _ in timeline.replacements(pod.key, -math.inf, at))
         names[pod.key] = pod_name(pod.deployment.name, pod.replica, generations)
     return names
+
+
+def _checks_memory(state: PodState) -> bool:
+    d = state.pod.deployment
+    return d.engine == "vllm" and d.names == "v1"
+
+
+def _capacity(pod: Pod, knobs: PodKnobs) -> Capacity:
+    d = pod.deployment
+    return capacity(knobs, d.model, d.gpu, d.engine, d.names)
 
 
 def _bounds(pod: Pod, knobs: PodKnobs) -> Bounds:

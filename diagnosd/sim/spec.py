@@ -36,14 +36,16 @@ class PodKnobs(Strict):
     prefix_reuse: Share = 0.6
     abort_share: Share = 0.003
     error_share: Share = 0.0
-    # Clients that stop reading their stream: their requests hold a slot without progressing.
-    stalled_share: Share = 0.0
-    stall_seconds: Positive = 900.0
     # How long a queued client waits before giving up (an abort).
     client_patience: Positive = 300.0
+    # The engine loop stopped stepping (a kernel or collective that never returns): the API server
+    # stays up, answers /health and keeps exporting the gauges of its last step; no token comes
+    # out, no request finishes, the gateway's calls time out.
+    engine_hung: bool = False
     # Engine flags (vLLM names; SGLang equivalents in parentheses in docs/fire-drills.md).
     prefix_caching: bool = True
-    max_num_seqs: Annotated[int, Field(ge=1)] = 256
+    # Unset: the engine's own choice at start, from its GPU (diagnosd/sim/defaults.py).
+    max_num_seqs: Annotated[int, Field(ge=1)] | None = None
     max_num_batched_tokens: Annotated[int, Field(ge=16)] = 8192
     max_model_len: Annotated[int, Field(ge=256)] = 131072
     gpu_memory_utilization: Annotated[float, Field(gt=0.0, le=1.0)] = 0.9
@@ -70,7 +72,12 @@ class PodKnobs(Strict):
     clock_factor: Annotated[float, Field(gt=0.0, le=1.0)] = 1.0
     gpu_contention: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.0
     fb_skew: Share = 0.0
+    # Framebuffer the engine holds beyond its --gpu-memory-utilization budget (LoRA adapters...).
     extra_fb_mib: NonNegative = 0.0
+    # Framebuffer another process holds on each of the pod's GPUs (a sidecar sharing the GPU, a
+    # process left over from an earlier container): dcgm-exporter counts it whether the engine
+    # runs or not, and vLLM V1 refuses to start when it leaves less free than its budget.
+    other_fb_mib: NonNegative = 0.0
     # Expert parallelism (MoE): mean / max tokens per GPU of each forward pass (1 = balanced).
     expert_balancedness: Annotated[float, Field(gt=0.0, le=1.0)] = 0.9
     # Share of tensor-parallel traffic that goes over NVLink (0: peer-to-peer over PCIe / host).

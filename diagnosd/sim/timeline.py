@@ -97,6 +97,9 @@ def _apply(base: K, faults: list[tuple[Fault, float]]) -> K:
         for name, factor in fault.scale.items():
             values[name] = values[name] * (1.0 + (factor - 1.0) * strength)
     for name, field in type(base).model_fields.items():
-        if field.annotation is int or str(field.annotation).startswith("Annotated[int"):
+        # Optional limits too (`max_num_seqs: None` is the engine's own choice): a ramp between
+        # two set values passes through floats.
+        integral = field.annotation is int or "Annotated[int" in str(field.annotation)
+        if integral and isinstance(values[name], float):
             values[name] = round(values[name])
     return type(base).model_validate(values)
