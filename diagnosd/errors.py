@@ -9,8 +9,10 @@ DiagnosdError
 ├── NotationError         a series test's promtool notation that cannot be read
 ├── ServerError           a local Prometheus or promtool that is missing, fails or never gets ready
 └── SourceError           the query source failed (carries the PromQL and the URL)
-    ├── SourceUnavailable     could not connect at all
+    ├── SourceUnavailable     could not connect at all, or Prometheus cannot serve now (503, 429)
+    │   └── CircuitOpen           not asked: the circuit is open after repeated failures
     ├── SourceTimeout         no answer within the per-query timeout
+    │   └── DeadlineExceeded      no answer by the diagnosis's own deadline
     ├── QueryRejected         Prometheus refused the query (bad_data, 4xx)
     └── SourceProtocolError   an answer that is not what the HTTP API promises
 SettingsError             daemon settings that cannot be used (every Problem at once, no secret echoed)
@@ -19,6 +21,7 @@ FindingNotFound           no finding has this id
 RequestError              a request parameter that cannot be read (its name and why)
 QueueFull                 the alert queue cannot take a delivery now (Alertmanager retries)
 Unauthorized              missing or wrong credentials (never carries them)
+SinkError                 Alertmanager or Grafana did not take a finding (its sink, URL, status; retried or not)
 """
 
 from __future__ import annotations
@@ -98,20 +101,49 @@ class ServerError(DiagnosdError):
 
 
 class SourceError(DiagnosdError):
-    def __init__(self, message: str, *, url: str, query: str | None = None) -> None:
+    def __init__(self, message: str, *, url: str, query: str | None = None, status: int | None = None) -> None:
         self.url = url
         self.query = query
         self.detail = message
+        # The HTTP status Prometheus (or a proxy before it) answered with; None without an answer.
+        self.status = status
         suffix = f" (query: {query})" if query else ""
         super().__init__(f"{message} [{url}]{suffix}")
 
 
 class SourceUnavailable(SourceError):
-    pass
+    def __init__(
+        self,
+        message: str,
+        *,
+        url: str,
+        query: str | None = None,
+        status: int | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(message, url=url, query=query, status=status)
+        # Seconds from the failure until Prometheus asked (Retry-After), or the circuit allows, a call.
+        self.retry_after = retry_after
+
+
+class CircuitOpen(SourceUnavailable):
+    """Refused without sending: the circuit around Prometheus is open (or probing) after `failures`
+    consecutive failed calls; `last` is what the last of them said."""
+
+    def __init__(
+        self, message: str, *, url: str, query: str | None, failures: int, last: str, retry_after: float | None
+    ) -> None:
+        super().__init__(message, url=url, query=query, retry_after=retry_after)
+        self.failures = failures
+        self.last = last
 
 
 class SourceTimeout(SourceError):
     pass
+
+
+class DeadlineExceeded(SourceTimeout):
+    """A timeout of the whole diagnosis, not of one query: its own reason in the self-metrics."""
 
 
 class QueryRejected(SourceError):
@@ -162,3 +194,16 @@ class Unauthorized(DiagnosdError):
         self.scheme = scheme
         self.reason = reason
         super().__init__(reason)
+
+
+class SinkError(DiagnosdError):
+    """A sink could not hand findings over. `retry`: worth trying again (down, timeout, 5xx, 429);
+    otherwise the receiver refused them for good (another 4xx) and trying again changes nothing."""
+
+    def __init__(self, sink: str, url: str, reason: str, *, status: int | None = None, retry: bool = True) -> None:
+        self.sink = sink
+        self.url = url
+        self.reason = reason
+        self.status = status
+        self.retry = retry
+        super().__init__(f"{sink} {url}: {reason}")

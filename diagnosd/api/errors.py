@@ -7,6 +7,7 @@ beyond what the message needs (never a credential, never a whole body).
 from __future__ import annotations
 
 import logging
+import math
 from http import HTTPStatus
 from typing import Any
 
@@ -32,7 +33,9 @@ from diagnosd.errors import (
 
 log = logging.getLogger(__name__)
 
-RETRY_AFTER_SECONDS = "5"
+# Seconds a 503 asks a client to wait when nothing says how long: an alert queue full, Prometheus
+# unreachable with its circuit still closed, or a circuit half-open (its one probe asking now).
+DEFAULT_RETRY_AFTER = 5
 
 
 def install(app: FastAPI) -> None:
@@ -89,9 +92,32 @@ async def _domain(request: Request, error: DiagnosdError) -> JSONResponse:
     if isinstance(error, Unauthorized):
         headers["WWW-Authenticate"] = f'{error.scheme} realm="diagnosd"'
     elif status == 503:
-        headers["Retry-After"] = RETRY_AFTER_SECONDS
+        headers["Retry-After"] = str(retry_after(error, request))
     body = {"error": code, "message": message, **_extra(error)}
     return JSONResponse(body, status_code=status, headers=headers)
+
+
+def retry_after(error: DiagnosdError, request: Request) -> int:
+    """Whole seconds until a call may be served (rounded up, at least 1). Prometheus unavailable:
+    until the open circuit's next probe (diagnosd asks no sooner, whatever a client does; never
+    sooner than a Retry-After Prometheus sent, which opened it), else what the failure said, else
+    (a circuit half-open, a queue full) DEFAULT_RETRY_AFTER."""
+    wait = None
+    if isinstance(error, SourceUnavailable):
+        wait = _probe_in(request)
+        if wait is None:
+            wait = error.retry_after
+    if wait is None:
+        return DEFAULT_RETRY_AFTER
+    return max(math.ceil(wait), 1)
+
+
+def _probe_in(request: Request) -> float | None:
+    services = getattr(request.app.state, "services", None)
+    if services is None:
+        return None
+    probe_in: float | None = services.source.circuit.status().probe_in
+    return probe_in
 
 
 async def _invalid(request: Request, error: RequestValidationError) -> JSONResponse:

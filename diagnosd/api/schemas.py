@@ -11,6 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from diagnosd.daemon.alertmanager import payload as alerts
 from diagnosd.findings.lifecycle import Finding
 from diagnosd.render import json as render_json
 from diagnosd.trees.model import CheckNode, Conditional, GroupNode, ManualNode, Tree, walk
@@ -213,6 +214,10 @@ class SkippedOut(Wire):
     detail: str
 
 
+# The webhook body is Alertmanager's payload as the daemon reads it (one home: daemon/alertmanager).
+Payload = alerts.Payload
+
+
 class ReceiptOut(Wire):
     queued: int
     duplicates: int
@@ -224,9 +229,20 @@ class HealthOut(Wire):
     status: str
 
 
+class CircuitOut(Wire):
+    """The circuit around Prometheus (sources/circuit.py)."""
+
+    state: str = Field(description="closed, half_open (one probe asks) or open (nothing is asked)")
+    failures: int = Field(description="consecutive failed calls to Prometheus")
+    openings: int = Field(description="consecutive openings without an answered probe between")
+    next_probe_in_seconds: float | None = Field(description="open: when a call may probe again")
+    last_error: str | None = Field(description="what the last failed call said")
+
+
 class ProbeOut(Wire):
     ok: bool
     detail: str
+    circuit: CircuitOut | None = None
 
 
 class ReadyOut(Wire):
@@ -237,6 +253,12 @@ class ReadyOut(Wire):
 class ErrorOut(BaseModel):
     error: str
     message: str
+
+
+# What a router behind require_api may answer besides its own responses.
+UNAUTHORIZED: dict[int | str, dict[str, Any]] = {
+    401: {"model": ErrorOut, "description": "no valid bearer token, where auth.api_tokens are set"}
+}
 
 
 def symptom_out(tree: Tree) -> SymptomOut:

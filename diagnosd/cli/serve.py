@@ -15,6 +15,7 @@ from diagnosd.daemon import compose
 from diagnosd.daemon.settings.loader import dumps, load_settings
 from diagnosd.daemon.settings.model import Settings
 from diagnosd.findings.store import Store
+from diagnosd.logs import Aggregator
 
 log = logging.getLogger("diagnosd")
 
@@ -44,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     settings = load_settings(args.config, os.environ, _overrides(args))
     _logging(settings)
     built = compose.build(settings)
-    Store.open(settings.store.path).close()  # a store that cannot be opened stops us here, clearly
+    Store.open(settings.store.location()).close()  # a store that cannot be opened stops us here, clearly
     if args.check:
         print(dumps(settings))
         return 0
@@ -64,7 +65,10 @@ def _overrides(args: argparse.Namespace) -> dict[tuple[str, ...], Any]:
 
 
 def _logging(settings: Settings) -> None:
-    logging.basicConfig(level=settings.log_level.upper(), format=LOG_FORMAT)
+    stream = logging.StreamHandler()
+    stream.setFormatter(logging.Formatter(LOG_FORMAT))
+    # A flood of one warning (refused deliveries, Prometheus down) becomes one line and a count.
+    logging.basicConfig(level=settings.log_level.upper(), handlers=[Aggregator(stream)])
     # Every Prometheus call and every job start at INFO would drown what matters.
     for noisy in ("apscheduler", "httpx", "httpcore"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
@@ -86,7 +90,7 @@ def _serve(built: compose.Runtime) -> None:
         built.settings.prometheus.url,
         built.rules.directory,
         len(built.rules.ruleset.trees),
-        built.settings.store.path,
+        built.settings.store.shown(),
         f"every {built.settings.scheduler.interval}" if built.settings.scheduler.enabled else "off",
     )
     uvicorn.run(

@@ -7,32 +7,42 @@ from __future__ import annotations
 
 import logging
 import os
+import random
+import socket
+import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
-from diagnosd.daemon.alertmanager.inbox import Inbox
+from diagnosd.daemon.alertmanager.inbox import LOCAL, Inbox
 from diagnosd.daemon.alertmanager.memory import DeliveryMemory
 from diagnosd.daemon.diagnoser import Diagnoser
 from diagnosd.daemon.scheduler import Scheduler
 from diagnosd.daemon.settings import Settings
 from diagnosd.engine.params import effective
 from diagnosd.errors import ParamError, Problem, SettingsError
+from diagnosd.findings.lifecycle import Finding, State
 from diagnosd.findings.store import Store
 from diagnosd.findings.tracker import Tracker
 from diagnosd.moments import utc_now
+from diagnosd.render.finding import finding_words
+from diagnosd.sinks.alertmanager import AlertmanagerSink
+from diagnosd.sinks.grafana import GrafanaSink
 from diagnosd.sinks.metrics import FindingsCollector, Metrics
 from diagnosd.sources import PrometheusConfig, PrometheusSource, QuerySource
+from diagnosd.sources.circuit import Circuit, CircuitSource, Policy
 from diagnosd.sources.deadline import Deadline
-from diagnosd.storage import open_database
+from diagnosd.storage import is_url, open_database
 from diagnosd.topology import DEFAULT as DEFAULT_TOPOLOGY
 from diagnosd.topology import Topology
 from diagnosd.trees import RuleSet, load_rules
 from diagnosd.trees.location import rules_dir_variable, shipped_rules_dir
+from diagnosd.urls import redact
 
 log = logging.getLogger(__name__)
 
@@ -63,12 +73,18 @@ async def diagnoser(
     strict_labels: Sequence[str] = (),
     topology: Topology = DEFAULT_TOPOLOGY,
     wrap: Callable[[QuerySource], QuerySource] | None = None,
+    circuit: Policy | None = None,
 ) -> AsyncIterator[Diagnoser]:
     """The daemon's Diagnoser, unmetered, on a PrometheusSource whose client lives as long as the
     context: what the command line diagnoses with, so it refuses a blind answer as the daemon does.
-    `wrap` puts a layer around the source (a benchmark's query counter)."""
+    `wrap` puts a layer around the source (a benchmark's query counter).
+
+    Behind a circuit of its own, as the daemon's: a command's diagnosis sends its queries in
+    batches, and once `circuit.failures` of them (5 by default) found Prometheus unwell, the rest
+    fail at once (their checks unknown) instead of each waiting out its timeout and retries."""
     async with config.client() as client:
-        source: QuerySource = PrometheusSource(config, client)
+        guard = Circuit(circuit or Policy(), redact(config.url))
+        source: QuerySource = CircuitSource(PrometheusSource(config, client), guard)
         yield Diagnoser(
             wrap(source) if wrap else source,
             rules.ruleset,
@@ -92,6 +108,9 @@ class Runtime:
     registry: CollectorRegistry
     clock: Callable[[], datetime]
     source: SourceFactory
+    # The circuit's monotonic clock and random source (its cool-downs and their jitter).
+    timer: Callable[[], float] = time.monotonic
+    rand: Callable[[], float] = random.random
 
 
 def build(
@@ -100,6 +119,8 @@ def build(
     registry: CollectorRegistry | None = None,
     clock: Callable[[], datetime] | None = None,
     source: SourceFactory | None = None,
+    timer: Callable[[], float] = time.monotonic,
+    rand: Callable[[], float] = random.random,
 ) -> Runtime:
     """Load the rules and check the settings against them; raises RulesError or SettingsError."""
     # The settings already hold $DIAGNOSD_RULES_DIR (the settings loader asks rules_dir_variable).
@@ -114,6 +135,8 @@ def build(
         registry=registry if registry is not None else CollectorRegistry(),
         clock=clock or utc_now,
         source=source or (lambda: prometheus_source(config)),
+        timer=timer,
+        rand=rand,
     )
 
 
@@ -155,7 +178,7 @@ def _cross_check(settings: Settings, rules: Rules) -> list[Problem]:
 @dataclass(frozen=True)
 class Services:
     runtime: Runtime
-    source: QuerySource
+    source: CircuitSource
     store: Store
     memory: DeliveryMemory
     metrics: Metrics
@@ -165,28 +188,44 @@ class Services:
     scheduler: Scheduler
 
 
+def guarded(source: QuerySource, runtime: Runtime, metrics: Metrics) -> CircuitSource:
+    """`source` behind the circuit the settings describe, its transitions in the self-metrics."""
+    prometheus = runtime.settings.prometheus
+    circuit = Circuit(
+        prometheus.circuit.policy(), redact(prometheus.url), clock=runtime.timer, rand=runtime.rand, watch=metrics
+    )
+    metrics.circuit_state(circuit.status().state)
+    return CircuitSource(source, circuit)
+
+
 @asynccontextmanager
 async def open_services(runtime: Runtime) -> AsyncIterator[Services]:
     settings = runtime.settings
     async with AsyncExitStack() as stack:
         source = await stack.enter_async_context(runtime.source())
         # One database for the findings store and the delivery memory.
-        database = open_database(settings.store.path)
+        database = open_database(settings.store.location())
         stack.callback(database.close)
         store = Store(database)
         memory = DeliveryMemory(database)
         metrics = Metrics(runtime.registry)
         stack.callback(metrics.close)
         metrics.trees.set(len(runtime.rules.ruleset.trees))
-        tracker = Tracker(store, metrics.transition)
-        metrics.attach(
-            FindingsCollector(
-                tracker.active,
-                lambda: tracker.states(runtime.clock(), settings.findings.state_ttl),
-                settings.metrics.max_series,
-                metrics.dropped,
-            )
-        )
+        # One circuit for the daemon's lifetime: every round, alert and request reads through it.
+        source = guarded(source, runtime, metrics)
+        # Only the replica running the rounds exports findings and pushes them: its view is read
+        # again when it takes over and kept fresh by every round; a standby's would be stale, and
+        # two replicas would export and push every finding twice. (SQLite: always this one.)
+        rounds: list[Scheduler] = []
+
+        def leading() -> bool:
+            return bool(rounds) and rounds[0].leading()
+
+        sinks = push_sinks(settings, lambda: tracker.active() if leading() else [], metrics)
+        tracker = Tracker(store, _transitions(metrics, sinks))
+        for sink in sinks:
+            await sink.start()
+            stack.push_async_callback(sink.stop)
         diagnoser = Diagnoser(
             source,
             runtime.rules.ruleset,
@@ -210,12 +249,23 @@ async def open_services(runtime: Runtime) -> AsyncIterator[Services]:
             retry_after=hook.retry_after,
             coalesce_window=hook.coalesce_window,
             strict_labels=settings.prometheus.strict_labels,
+            owner=replica(settings),
+            lease=hook.lease,
         )
         await inbox.start()
         stack.push_async_callback(inbox.stop)
         scheduler = Scheduler(settings, diagnoser, tracker, store, memory, inbox, metrics, runtime.clock)
+        rounds.append(scheduler)
         scheduler.start()
         stack.push_async_callback(scheduler.stop)
+        metrics.attach(
+            FindingsCollector(
+                lambda: tracker.active() if leading() else [],
+                lambda: tracker.states(runtime.clock(), settings.findings.state_ttl) if leading() else [],
+                settings.metrics.max_series,
+                metrics.dropped,
+            )
+        )
         log.info(
             "diagnosd ready: %d trees, %d active findings, store %s",
             len(runtime.rules.ruleset.trees),
@@ -223,3 +273,41 @@ async def open_services(runtime: Runtime) -> AsyncIterator[Services]:
             database.path,
         )
         yield Services(runtime, source, store, memory, metrics, tracker, diagnoser, inbox, scheduler)
+
+
+PushSink = AlertmanagerSink | GrafanaSink
+
+
+def replica(settings: Settings) -> str:
+    """Whose the alert states this process claims are: on SQLite the one replica there is (the same
+    across restarts, so a restart resumes its own queue at once); on PostgreSQL this host and
+    process (a pod's name, and pid 1 in a container: a restarted container resumes its own too)."""
+    if not is_url(settings.store.location()):
+        return LOCAL
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def push_sinks(settings: Settings, active: Callable[[], list[Finding]], metrics: Metrics) -> list[PushSink]:
+    """The opt-in sinks findings are pushed to: derived alerts to Alertmanager, Grafana annotations."""
+    external = settings.server.external_url
+    sinks: list[PushSink] = []
+    am = settings.alertmanager
+    if am.urls:
+        words = partial(finding_words, lang=str(am.language))
+        sinks.append(AlertmanagerSink(am.config(external), active, words, metrics.sink_post))
+    grafana = settings.grafana.config(external)
+    if grafana is not None:
+        words = partial(finding_words, lang=str(settings.grafana.language))
+        sinks.append(GrafanaSink(grafana, active, words, metrics.sink_post))
+    return sinks
+
+
+def _transitions(metrics: Metrics, sinks: Sequence[PushSink]) -> Callable[[State], None]:
+    """Counts each transition and wakes the push sinks, which then look at the findings themselves."""
+
+    def transition(state: State) -> None:
+        metrics.transition(state)
+        for sink in sinks:
+            sink.wake()
+
+    return transition

@@ -69,7 +69,10 @@ class Diagnoser:
         self._deadline = deadline
         self.ruleset = ruleset
         self._metrics = metrics
+        if metrics is not None:
+            metrics.trees_loaded(ruleset.trees)
         self._params = params or {}
+        self._clock = clock
         self.looking = Looking(ruleset.aliases, frozenset(strict_labels), topology, clock)
 
     @property
@@ -110,6 +113,11 @@ class Diagnoser:
             if self._metrics is not None:
                 self._metrics.diagnoses.labels(str(trigger), outcome).inc()
                 self._metrics.diagnosis_seconds.labels(str(trigger)).observe(time.perf_counter() - start)
+                # Only a complete diagnosis is a success: a partial one, or one that raised for
+                # another reason than a query error (a bug, a cancellation), leaves it as it was.
+                if outcome is Outcome.OK:
+                    self._metrics.tree_succeeded(tree.id, self._clock())
+                self._metrics.tree_failed(tree.id, source.errors)
 
     async def triage(self, scope: Scope, at: datetime | None, history_start: datetime | None = None) -> Board:
         """Every symptom at once, worst first (engine/triage.py); raises when nothing could be seen."""

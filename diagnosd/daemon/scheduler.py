@@ -1,8 +1,10 @@
 """Rounds: every interval, each tree is evaluated across the fleet and its findings recorded.
 
 One tree's failure never stops a round; a round that overruns its interval makes the next one
-skip (APScheduler max_instances=1, coalesce), never stack. Housekeeping (retention, expired
-target states, alert retries) runs on the same scheduler. Shutdown cancellation is not an error.
+skip (APScheduler max_instances=1, coalesce), never stack. Replicas on one database take turns:
+only the one holding the rounds lock runs them, the others stand by and take over when it is gone.
+Housekeeping (retention, expired target states, alert retries) runs on the same scheduler.
+Shutdown cancellation is not an error.
 """
 
 from __future__ import annotations
@@ -24,13 +26,14 @@ from diagnosd.daemon.alertmanager.memory import DeliveryMemory
 from diagnosd.daemon.diagnoser import Diagnoser, Outcome
 from diagnosd.daemon.settings.model import Settings
 from diagnosd.engine import Scope
-from diagnosd.errors import SourceError
+from diagnosd.errors import SourceError, StoreError
 from diagnosd.findings.lifecycle import Trigger
 from diagnosd.findings.store import Store
 from diagnosd.findings.tracker import Tracker
 from diagnosd.sinks.metrics import Metrics
 from diagnosd.sources.base import QuerySource
 from diagnosd.sources.memo import MemoSource
+from diagnosd.storage.database import Lock
 from diagnosd.trees import Tree
 
 log = logging.getLogger(__name__)
@@ -70,10 +73,47 @@ class Scheduler:
         self._clock = clock
         self._aps: AsyncIOScheduler | None = None
         self._running: set[asyncio.Task[Any]] = set()
+        self._leading: bool | None = None  # unknown until the first scheduled round asks
 
     def trees(self) -> list[Tree]:
         wanted = self._settings.scheduler.symptoms
         return [self._diagnoser.tree(s) for s in wanted] or list(self._diagnoser.ruleset.trees.values())
+
+    def leads(self) -> bool:
+        """Whether this replica runs the rounds: it holds the database's rounds lock (SQLite: one
+        replica, always). A database that cannot say makes it stand by: nothing could be recorded."""
+        try:
+            leading = self._store.database.hold(Lock.ROUNDS)
+        except StoreError as error:
+            log.warning("round: standing by, the store cannot say which replica runs rounds: %s", error)
+            leading = False
+        if leading and not self._leading:
+            leading = self._take_over()
+        if leading != self._leading:
+            log.info("round: %s", "this replica runs the rounds" if leading else "another replica runs the rounds")
+            self._leading = leading
+        return leading
+
+    def leading(self) -> bool:
+        """What `leads()` last said, without asking the database (the collector asks at each scrape)."""
+        return self._leading is True
+
+    def _take_over(self) -> bool:
+        """Work from what the replica before left, not from this one's start: the tracker reads the
+        findings and target states again. A store that cannot say keeps this replica standing by."""
+        try:
+            self._tracker.reload()
+        except StoreError as error:
+            log.warning("round: standing by, cannot read the findings to take over: %s", error)
+            return False
+        return True
+
+    async def scheduled_round(self) -> RoundResult | None:
+        """A round if this replica runs them (one at a time across replicas), else None (standby)."""
+        if not self.leads():
+            self._metrics.rounds.labels("standby").inc()
+            return None
+        return await self.run_round()
 
     async def run_round(self) -> RoundResult:
         """Evaluate every tree once for the configured scope and record what was seen."""
@@ -130,14 +170,17 @@ class Scheduler:
             await asyncio.sleep(0)  # let requests through between chunks
         self._tracker.expire(now, self._settings.findings.state_ttl)
         self._inbox.requeue()
+        if not self._settings.scheduler.enabled:
+            self.leads()  # no rounds ask: which replica exports the findings is still decided
 
     def start(self) -> None:
+        self.leads()  # known before the first scrape asks `leading()`
         aps = AsyncIOScheduler(timezone=UTC, event_loop=asyncio.get_running_loop())
         now = datetime.now(UTC)
         if self._settings.scheduler.enabled:
             interval = self._settings.scheduler.interval
             aps.add_job(
-                self._job(self.run_round),
+                self._job(self.scheduled_round),
                 IntervalTrigger(seconds=interval.total_seconds(), timezone=UTC),
                 id=ROUND_JOB,
                 name="round",

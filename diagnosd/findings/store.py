@@ -1,13 +1,16 @@
 """The findings store: every episode of every finding with its evidence, and the latest target
 states, on the database (diagnosd.storage), so that a restart loses neither.
 
-Retention deletes in short chunks, so a purge never holds the write lock for long.
+Retention deletes in short chunks, so a purge never holds the write lock for long. The tracker's
+read-modify-write runs in `writing()`: one transaction holding the findings turn, so replicas on one
+database never write findings from views the other has already changed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -27,6 +30,7 @@ _SELECT = f"SELECT {', '.join(COLUMNS)} FROM findings"
 _UPSERT = upsert("findings", COLUMNS, key=("fingerprint", "active_at"))
 _TARGET = ("symptom", "labels", "present", "values", "evaluated_at", "trigger")
 _TARGET_UPSERT = upsert("targets", _TARGET, key=("symptom", "labels"))
+_FINDINGS_TURN = "findings"  # its row in `turns` (schema version 3)
 
 
 @dataclass(frozen=True)
@@ -56,18 +60,35 @@ class Store:
 
     # findings
 
+    @contextlib.contextmanager
+    def writing(self) -> Iterator[None]:
+        """One transaction holding the findings turn: a replica that asks meanwhile waits for its
+        end, then reads what it wrote (updating the turn's row locks it on PostgreSQL; SQLite's
+        transaction holds the whole file already)."""
+        with self.database.transaction():
+            self.database.execute("UPDATE turns SET taken = taken + 1 WHERE name = ?", (_FINDINGS_TURN,))
+            yield
+
     def save(self, changed: Iterable[Finding], forgotten: Iterable[tuple[str, datetime]] = ()) -> None:
         """Upsert episodes and delete forgotten ones (pending that cleared), in one transaction."""
-        db = self.database
-        with db.transaction():
-            db.executemany(_UPSERT, [finding_row(f) for f in changed])
-            db.executemany(
-                "DELETE FROM findings WHERE fingerprint = ? AND active_at = ?",
-                [(fp, seconds(at)) for fp, at in forgotten],
-            )
+        with self.database.transaction():
+            self.write(changed, forgotten)
 
-    def active(self) -> list[Finding]:
-        return self._findings(f"{_SELECT} WHERE state IN (?, ?)", [str(s) for s in ACTIVE])
+    def write(self, changed: Iterable[Finding], forgotten: Iterable[tuple[str, datetime]] = ()) -> None:
+        """`save` inside a transaction the caller holds (`writing`)."""
+        db = self.database
+        db.executemany(_UPSERT, [finding_row(f) for f in changed])
+        db.executemany(
+            "DELETE FROM findings WHERE fingerprint = ? AND active_at = ?",
+            [(fp, seconds(at)) for fp, at in forgotten],
+        )
+
+    def active(self, symptom: str | None = None) -> list[Finding]:
+        """The pending and firing findings, of one symptom or all."""
+        sql, args = f"{_SELECT} WHERE state IN (?, ?)", [str(s) for s in ACTIVE]
+        if symptom is not None:
+            sql, args = f"{sql} AND symptom = ?", [*args, symptom]
+        return self._findings(sql, args)
 
     def findings(self, query: FindingQuery) -> list[Finding]:
         where = ["state IN (" + ", ".join("?" * len(query.states)) + ")"]
@@ -106,23 +127,33 @@ class Store:
     # target states
 
     def save_states(self, states: Iterable[TargetState], removed: Iterable[tuple[str, str]] = ()) -> None:
+        with self.database.transaction():
+            self.write_states(states, removed)
+
+    def write_states(self, states: Iterable[TargetState], removed: Iterable[tuple[str, str]] = ()) -> None:
+        """`save_states` inside a transaction the caller holds (`writing`)."""
         db = self.database
-        with db.transaction():
-            db.executemany(
-                _TARGET_UPSERT,
-                [
-                    (
-                        s.symptom,
-                        labels_key(s.labels),
-                        s.present,
-                        json.dumps(dict(s.values)),
-                        seconds(s.evaluated_at),
-                        s.trigger,
-                    )
-                    for s in states
-                ],
-            )
-            db.executemany("DELETE FROM targets WHERE symptom = ? AND labels = ?", list(removed))
+        db.executemany(
+            _TARGET_UPSERT,
+            [
+                (
+                    s.symptom,
+                    labels_key(s.labels),
+                    s.present,
+                    json.dumps(dict(s.values)),
+                    seconds(s.evaluated_at),
+                    s.trigger,
+                )
+                for s in states
+            ],
+        )
+        db.executemany("DELETE FROM targets WHERE symptom = ? AND labels = ?", list(removed))
+
+    def expire_states(self, before: datetime) -> int:
+        """Delete the target states last evaluated before `before` (by the row's own time: another
+        replica may have refreshed one this one remembers as old); returns how many."""
+        with self.database.transaction():
+            return self.database.execute("DELETE FROM targets WHERE evaluated_at < ?", (seconds(before),))
 
     def states(self) -> list[TargetState]:
         rows = self.database.rows(f"SELECT {', '.join(map(quote, _TARGET))} FROM targets")

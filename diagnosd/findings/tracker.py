@@ -2,7 +2,10 @@
 to the store, and the active findings and latest target states stay in memory for export.
 
 Synchronous on purpose: every update of memory and store happens without an await in between,
-so rounds and alert workers sharing the event loop cannot interleave on one finding.
+so rounds and alert workers sharing the event loop cannot interleave on one finding. Replicas on one
+database cannot interleave either: each update reads the findings it changes from the store, in the
+transaction that writes them, holding the findings turn (Store.writing). What is kept in memory
+(what the collector exports) is read again whole by `reload`, when this replica takes over.
 """
 
 from __future__ import annotations
@@ -19,14 +22,25 @@ from diagnosd.findings.store import Store
 from diagnosd.findings.target import TargetState, target_state
 
 Transition = Callable[[State], None]
+# Asked inside the transaction that writes a diagnosis: whether it may be written (the alert state
+# is still this replica's, marked done in the same transaction).
+Claim = Callable[[], bool]
 
 
 class Tracker:
     def __init__(self, store: Store, on_transition: Transition | None = None) -> None:
         self._store = store
         self._on_transition = on_transition or (lambda state: None)
-        self._active: dict[str, Finding] = {f.fingerprint: f for f in store.active()}
-        self._states: dict[tuple[str, str], TargetState] = {s.key: s for s in store.states()}
+        self._active: dict[str, Finding] = {}
+        self._states: dict[tuple[str, str], TargetState] = {}
+        self.reload()
+
+    def reload(self) -> None:
+        """Read the active findings and the target states again, whoever wrote them (a replica
+        taking over the rounds works from what the one before it left, not from its own start)."""
+        active, states = self._store.active(), self._store.states()
+        self._active = {f.fingerprint: f for f in active}
+        self._states = {s.key: s for s in states}
 
     def active(self) -> list[Finding]:
         return sorted(self._active.values(), key=lambda f: (f.symptom, f.cause, labels_key(f.labels)))
@@ -43,12 +57,36 @@ class Tracker:
         for_: timedelta,
         alert: str | None = None,
         complete_scope: Mapping[str, str] | None = None,
+        claim: Claim | None = None,
     ) -> list[Finding]:
         """Apply one diagnosis; returns the findings that changed.
 
         `complete_scope`: the diagnosis covered every target of this scope without a query error,
-        so an active finding on a target it no longer saw is resolved as gone.
+        so an active finding on a target it no longer saw is resolved as gone. `claim`: asked
+        first, in the same transaction; when it says no, nothing is written (returns []).
         """
+        with self._store.writing():
+            if claim is not None and not claim():
+                return []
+            self._refresh(diagnosis.symptom)
+            changed, forgotten, states, removed = self._changes(diagnosis, trigger, now, for_, alert, complete_scope)
+            self._store.write(changed.values(), [(f.fingerprint, f.phase.active_at) for f in forgotten])
+            self._store.write_states(states, removed)
+        self._apply(changed, forgotten)
+        for key in removed:
+            self._states.pop(key, None)
+        self._states.update((s.key, s) for s in states)
+        return list(changed.values())
+
+    def _changes(
+        self,
+        diagnosis: Diagnosis,
+        trigger: Trigger,
+        now: datetime,
+        for_: timedelta,
+        alert: str | None,
+        complete_scope: Mapping[str, str] | None,
+    ) -> tuple[dict[str, Finding], list[Finding], list[TargetState], list[tuple[str, str]]]:
         changed: dict[str, Finding] = {}
         forgotten: list[Finding] = []
         for o in observe(diagnosis):
@@ -68,37 +106,38 @@ class Tracker:
                 for key, s in self._states.items()
                 if s.symptom == diagnosis.symptom and key[1] not in seen and _within_labels(s.labels, complete_scope)
             ]
-        self._store.save(changed.values(), [(f.fingerprint, f.phase.active_at) for f in forgotten])
-        self._store.save_states(states, removed)
-        self._apply(changed, forgotten)
-        for key in removed:
-            self._states.pop(key, None)
-        self._states.update((s.key, s) for s in states)
-        return list(changed.values())
+        return changed, forgotten, states, removed
+
+    def _refresh(self, symptom: str | None) -> None:
+        """The active findings (of one symptom, or all) as the store holds them now: another
+        replica may have written some since this one last looked."""
+        kept = {fp: f for fp, f in self._active.items() if symptom is not None and f.symptom != symptom}
+        self._active = kept | {f.fingerprint: f for f in self._store.active(symptom)}
 
     def resolve_alert(self, alert: str, now: datetime) -> list[Finding]:
         """The alert resolved: the findings only it reported resolve; others forget it."""
         changed: dict[str, Finding] = {}
         forgotten: list[Finding] = []
-        for f in list(self._active.values()):
-            if alert not in f.alerts:
-                continue
-            rest = tuple(a for a in f.alerts if a != alert)
-            if rest:
-                changed[f.fingerprint] = replace(f, alerts=rest)
-            else:
-                self._resolve(replace(f, alerts=rest), now, ResolvedBy.ALERT, changed, forgotten)
-        self._store.save(changed.values(), [(f.fingerprint, f.phase.active_at) for f in forgotten])
+        with self._store.writing():
+            self._refresh(None)
+            for f in list(self._active.values()):
+                if alert not in f.alerts:
+                    continue
+                rest = tuple(a for a in f.alerts if a != alert)
+                if rest:
+                    changed[f.fingerprint] = replace(f, alerts=rest)
+                else:
+                    self._resolve(replace(f, alerts=rest), now, ResolvedBy.ALERT, changed, forgotten)
+            self._store.write(changed.values(), [(f.fingerprint, f.phase.active_at) for f in forgotten])
         self._apply(changed, forgotten)
         return list(changed.values())
 
     def expire(self, now: datetime, ttl: timedelta) -> int:
         """Forget target states not refreshed within `ttl` (their targets left or nothing looks any more)."""
-        old = [key for key, s in self._states.items() if now - s.evaluated_at > ttl]
-        self._store.save_states([], old)
-        for key in old:
+        gone = self._store.expire_states(now - ttl)
+        for key in [key for key, s in self._states.items() if now - s.evaluated_at > ttl]:
             del self._states[key]
-        return len(old)
+        return gone
 
     def _step(
         self,

@@ -1,16 +1,19 @@
 """Prometheus HTTP API client (/api/v1/query, /api/v1/label/__name__/values, /api/v1/metadata).
 
 httpx errors are translated here into diagnosd's own SourceError types; nothing above this module
-sees httpx. Works unchanged against Thanos Querier, Mimir and VictoriaMetrics.
+sees httpx. Works unchanged against Thanos Querier, Mimir and VictoriaMetrics. A 429 or 503 with
+`Retry-After` is retried no sooner than it asks, or, when that is later than the diagnosis can wait
+(its deadline; without one the per-query timeout), fails at once saying when to call again.
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Collection, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
+from email.utils import parsedate_to_datetime
 from typing import Any
 
 import httpx
@@ -22,11 +25,13 @@ from diagnosd.errors import (
     SourceTimeout,
     SourceUnavailable,
 )
+from diagnosd.moments import Clock, utc_now
 from diagnosd.sources.base import Sample, Samples
+from diagnosd.sources.deadline import time_left
 from diagnosd.urls import redact, scrub
 
-UNAVAILABLE = 503
-RETRYABLE_STATUS = {429, 502, UNAVAILABLE, 504}
+UNAVAILABLE, TOO_MANY = 503, 429
+RETRYABLE_STATUS = {TOO_MANY, 502, UNAVAILABLE, 504}
 # Where a success body's `warnings` travel from the HTTP layer to the samples.
 WARNINGS = "__diagnosd_warnings__"
 
@@ -61,9 +66,19 @@ class PrometheusConfig:
 
 
 class PrometheusSource:
-    def __init__(self, config: PrometheusConfig, client: httpx.AsyncClient) -> None:
+    def __init__(
+        self,
+        config: PrometheusConfig,
+        client: httpx.AsyncClient,
+        *,
+        clock: Clock = utc_now,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
         self.config = config
         self._client = client
+        # The wall clock reads a Retry-After given as an HTTP date; `sleep` waits between attempts.
+        self._clock = clock
+        self._sleep = sleep
 
     async def query(self, promql: str, at: datetime) -> list[Sample]:
         form = {"query": promql, "time": _unix(at), "timeout": f"{self.config.timeout:g}s"}
@@ -120,10 +135,31 @@ class PrometheusSource:
             try:
                 return await self._once(method, path, promql, **kwargs)
             except (SourceUnavailable, SourceTimeout, _Retryable) as error:
+                failure = error.final() if isinstance(error, _Retryable) else error
                 if attempt >= self.config.retries:
-                    raise (error.final() if isinstance(error, _Retryable) else error) from None
+                    raise failure from None
+                pause = self._pause(attempt, failure)
             attempt += 1
-            await asyncio.sleep(self.config.backoff * 2 ** (attempt - 1))
+            await self._sleep(pause)
+
+    def _pause(self, attempt: int, failure: SourceError) -> float:
+        """Before the next attempt: the backoff, or longer where Prometheus asked (Retry-After); raises
+        `failure`, saying so, when what it asked is beyond what the caller can wait."""
+        backoff = self.config.backoff * (1 << attempt)
+        asked = failure.retry_after if isinstance(failure, SourceUnavailable) else None
+        if asked is None:
+            return backoff
+        left = time_left()
+        patience = self.config.timeout if left is None else left
+        if asked > patience:
+            raise SourceUnavailable(
+                f"{failure.detail}; that is beyond the {max(patience, 0):.0f}s this diagnosis can still wait",
+                url=failure.url,
+                query=failure.query,
+                status=failure.status,
+                retry_after=asked,
+            ) from None
+        return max(backoff, asked)
 
     async def _once(self, method: str, path: str, promql: str | None, **kwargs: Any) -> Any:
         url = self._url(path)
@@ -139,7 +175,7 @@ class PrometheusSource:
                 url=url,
                 query=promql,
             ) from error
-        return _payload(response, url, promql)
+        return _payload(response, url, promql, self._clock())
 
     def _url(self, path: str) -> str:
         return redact(self.config.url.rstrip("/") + path)
@@ -155,18 +191,16 @@ class _Retryable(Exception):
         return self.error
 
 
-def _payload(response: httpx.Response, url: str, promql: str | None) -> Any:
+def _payload(response: httpx.Response, url: str, promql: str | None, now: datetime) -> Any:
     try:
         body = response.json()
     except ValueError:
         body = None
+    status = response.status_code
     if not isinstance(body, dict):
-        error = _kind_of(response.status_code)(
-            f"HTTP {response.status_code} with a body that is not the API's JSON: {response.text[:200]!r}",
-            url=url,
-            query=promql,
-        )
-        raise _Retryable(error) if response.status_code in RETRYABLE_STATUS else error
+        text = f"HTTP {status} with a body that is not the API's JSON: {response.text[:200]!r}"
+        error = _failure(status, text, url, promql, response, now)
+        raise _Retryable(error) if status in RETRYABLE_STATUS else error
     if body.get("status") == "success" and response.status_code < 400:
         data = body.get("data")
         warnings = _warnings(body)
@@ -175,20 +209,46 @@ def _payload(response: httpx.Response, url: str, promql: str | None) -> Any:
             data = {**data, WARNINGS: warnings}
         return data
     kind, message = body.get("errorType", "unknown"), body.get("error", "no error message")
-    text = f"HTTP {response.status_code} {kind}: {message}"
+    text = f"HTTP {status} {kind}: {message}"
     if kind == "timeout":
-        raise SourceTimeout(text, url=url, query=promql)
-    if response.status_code in RETRYABLE_STATUS:
-        raise _Retryable(_kind_of(response.status_code)(text, url=url, query=promql))
-    if 400 <= response.status_code < 500:
-        raise QueryRejected(text, url=url, query=promql)
-    raise SourceProtocolError(text, url=url, query=promql)
+        raise SourceTimeout(text, url=url, query=promql, status=status)
+    if status in RETRYABLE_STATUS:
+        raise _Retryable(_failure(status, text, url, promql, response, now))
+    if 400 <= status < 500:
+        raise QueryRejected(text, url=url, query=promql, status=status)
+    raise SourceProtocolError(text, url=url, query=promql, status=status)
 
 
-def _kind_of(status: int) -> type[SourceError]:
-    """503 is Prometheus (or the proxy before it) saying it cannot serve now, e.g. while it starts:
-    unavailable, like a refused connection, not an answer that breaks the API's promise."""
-    return SourceUnavailable if status == UNAVAILABLE else SourceProtocolError
+def _failure(
+    status: int, text: str, url: str, promql: str | None, response: httpx.Response, now: datetime
+) -> SourceError:
+    """503 is Prometheus (or the proxy before it) saying it cannot serve now, e.g. while it starts,
+    and 429 that it will not serve us now: unavailable, like a refused connection, not an answer
+    that breaks the API's promise. Both may say when to come back (Retry-After)."""
+    if status not in (UNAVAILABLE, TOO_MANY):
+        return SourceProtocolError(text, url=url, query=promql, status=status)
+    asked = retry_after(response.headers.get("Retry-After"), now)
+    if asked is not None:
+        again = (now + timedelta(seconds=asked)).astimezone(UTC).isoformat(timespec="seconds")
+        text = f"{text}; Prometheus asked to be called again in {asked:g}s (at {again})"
+    return SourceUnavailable(text, url=url, query=promql, status=status, retry_after=asked)
+
+
+def retry_after(header: str | None, now: datetime) -> float | None:
+    """Seconds from `now` a Retry-After header asks to wait: delay-seconds or an HTTP date (RFC 9110
+    10.2.3); None when absent or unreadable, 0 for a date already past."""
+    if header is None:
+        return None
+    value = header.strip()
+    if value.isascii() and value.isdigit():
+        return float(value)
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:  # RFC 850 / asctime forms carry no zone: HTTP dates are GMT
+        when = when.replace(tzinfo=UTC)
+    return max((when - now).total_seconds(), 0.0)
 
 
 def _samples(data: Any, url: str, promql: str) -> list[Sample]:

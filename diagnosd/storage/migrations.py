@@ -34,7 +34,8 @@ def migrate(db: Database, migrations: Sequence[Migration]) -> int:
 def _apply(db: Database, migration: Migration) -> None:
     try:
         with db.transaction():
-            # Read again under the write lock: another process may have migrated since.
+            # Read again under the lock: another process (a replica starting too) may have migrated since.
+            db.lock_schema()
             if db.schema_version() >= migration.version:
                 return
             for statement in migration.statements:

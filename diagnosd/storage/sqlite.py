@@ -14,9 +14,9 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from diagnosd.errors import StoreError
-from diagnosd.storage.database import Args, Row
+from diagnosd.storage.database import Args, Lock, Row
 from diagnosd.storage.migrations import migrate
-from diagnosd.storage.schema import MIGRATIONS
+from diagnosd.storage.schema import SQLITE_MIGRATIONS
 
 MEMORY = ":memory:"
 
@@ -40,7 +40,7 @@ class SQLiteDatabase:
         db = cls(connection, where)
         try:
             db._prepare()
-            migrate(db, MIGRATIONS)
+            migrate(db, SQLITE_MIGRATIONS)
         except BaseException:
             connection.close()
             raise
@@ -89,6 +89,10 @@ class SQLiteDatabase:
         # A quoted key: label names may hold what a JSON path would otherwise read as syntax.
         return f"json_extract({column}, ?)", f'$."{key}"'
 
+    def lock_schema(self) -> None:
+        # BEGIN IMMEDIATE already holds the write lock: no other process migrates meanwhile.
+        pass
+
     def schema_version(self) -> int:
         return int(self.rows("PRAGMA user_version")[0][0])
 
@@ -97,6 +101,10 @@ class SQLiteDatabase:
         # transaction the header change commits or rolls back with the schema's. A diagnosd from
         # before versioned migrations reads this same number, so it refuses a newer store too.
         self.execute(f"PRAGMA user_version = {int(version)}")
+
+    def hold(self, lock: Lock) -> bool:
+        # One file on one volume: one process, which holds every lock there is.
+        return True
 
     def journal_mode(self) -> str:
         return str(self.rows("PRAGMA journal_mode")[0][0])

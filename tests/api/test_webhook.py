@@ -268,7 +268,7 @@ def storm(count: int) -> dict[str, Any]:
 
 
 async def test_a_delivery_bigger_than_the_queue_is_taken_whole(fleet_url: str, tmp_path: Path) -> None:
-    config = settings(fleet_url, tmp_path, webhook={"queue_size": 256, "coalesce_window": "0s"})
+    config = settings(fleet_url, tmp_path, webhook={"queue_size": 256})
     async with daemon(build(config)) as (client, services):
         await services.inbox.stop()  # no worker: the 300 jobs stay waiting
         response = await client.post(HOOK, json=storm(300))
@@ -280,7 +280,7 @@ async def test_a_delivery_bigger_than_the_queue_is_taken_whole(fleet_url: str, t
 
 async def test_a_backlog_over_its_bound_answers_503_so_alertmanager_retries(fleet_url: str, tmp_path: Path) -> None:
     mapped = {"VLLMHighTTFT": "queue_backlog", "VLLMQueueBacklog": "queue_backlog"}
-    config = settings(fleet_url, tmp_path, webhook={"queue_size": 1, "alertname_map": mapped})
+    config = settings(fleet_url, tmp_path, webhook={"queue_size": 1, "alertname_map": mapped, "coalesce_window": "2s"})
     async with daemon(build(config)) as (client, services):
         await services.inbox.stop()
         first = await client.post(HOOK, json=sample("webhook-example.json"))  # two alerts, one batch: one job

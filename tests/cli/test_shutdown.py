@@ -27,6 +27,7 @@ def test_sigterm_with_prometheus_hanging_exits_in_bounded_time(tmp_path: Path) -
     # The kernel completes connections to a listening socket by itself: with nobody accepting,
     # every request is sent and no answer ever comes.
     with socket.create_server(("127.0.0.1", 0), backlog=64) as hanging:
+        heard = _Hanging(hanging)
         prometheus = f"http://127.0.0.1:{hanging.getsockname()[1]}"
         port = free_port()
         store = tmp_path / "findings.db"
@@ -59,10 +60,11 @@ def test_sigterm_with_prometheus_hanging_exits_in_bounded_time(tmp_path: Path) -
             assert process.poll() is None, (tmp_path / "serve.log").read_text()
             alert = json.loads((SAMPLES / "webhook-received.json").read_text())
             hook = {"Authorization": f"Bearer {HOOK_TOKEN}"}
-            accepted = httpx.post(f"{url}/webhook/alertmanager", json=alert, headers=hook, timeout=5)
             asking = threading.Thread(target=lambda: answers.append(_diagnose(url)))
             asking.start()
-            time.sleep(0.5)  # both diagnoses now wait on the hanging Prometheus
+            # The REST diagnosis (unscoped) waits on the hanging Prometheus; then the alert comes.
+            wait_until(lambda: heard.unscoped() or bool(answers), 20, "the REST diagnosis to query Prometheus")
+            accepted = httpx.post(f"{url}/webhook/alertmanager", json=alert, headers=hook, timeout=5)
             began = time.monotonic()
             process.send_signal(signal.SIGTERM)
             code = process.wait(timeout=KUBERNETES_GRACE + 10)
@@ -85,6 +87,36 @@ def test_sigterm_with_prometheus_hanging_exits_in_bounded_time(tmp_path: Path) -
     finally:
         database.close()
     assert kept == ["0d6ac019b0dad439"]  # owed a diagnosis still: retried at the next start
+
+
+class _Hanging:
+    """Takes every connection and reads its request, never answering; remembers what it heard."""
+
+    def __init__(self, server: socket.socket) -> None:
+        self.requests: list[bytes] = []
+        self._server = server
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self._server.accept()
+            except OSError:  # the listening socket closed: the test is over
+                return
+            threading.Thread(target=self._read, args=(conn,), daemon=True).start()
+
+    def _read(self, conn: socket.socket) -> None:
+        with conn:
+            conn.settimeout(60)
+            try:
+                while data := conn.recv(65536):
+                    self.requests.append(data)
+            except OSError:
+                return
+
+    def unscoped(self) -> bool:
+        """A query without the alert's pod matcher: the REST diagnosis over the whole fleet."""
+        return any(b"query=" in r and b"vllm-0" not in r for r in self.requests)
 
 
 def _healthy(url: str) -> bool:

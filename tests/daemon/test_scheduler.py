@@ -5,17 +5,21 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterator
+from contextlib import AsyncExitStack
 from datetime import timedelta
 from pathlib import Path
 
 import httpx
 import pytest
+from pydantic import SecretStr
 
 from diagnosd.daemon.scheduler import Scheduler
+from diagnosd.daemon.settings.model import StoreSettings
 from diagnosd.findings.lifecycle import State, Trigger
 from diagnosd.findings.store import FindingQuery
 from tests.fakes.prometheus import in_front_of
 from tests.findings.builders import diagnosis
+from tests.postgres import LocalPostgres
 from tests.serving import AT, build, counted, fleet_prometheus, serve, settings
 
 
@@ -146,3 +150,27 @@ async def test_housekeeping_applies_retention(fleet_url: str, tmp_path: Path) ->
     assert after == []
     assert states == []
     assert delivery is None
+
+
+async def test_replicas_on_one_postgresql_take_turns_at_rounds(
+    fleet_url: str, tmp_path: Path, postgres_url: str, postgres_server: LocalPostgres
+) -> None:
+    """One replica runs the rounds, the other stands by and reads its findings; when the first one's
+    session dies (a crash, a lost network), the survivor's next round runs."""
+    config = settings(fleet_url, tmp_path).model_copy(update={"store": StoreSettings(url=SecretStr(postgres_url))})
+    async with AsyncExitStack() as stack:
+        _, first = await stack.enter_async_context(serve(build(config)))
+        client, second = await stack.enter_async_context(serve(build(config)))
+        led = await first.scheduler.scheduled_round()
+        assert led is not None
+        assert led.outcome == "ok"
+        assert await second.scheduler.scheduled_round() is None
+        assert counted(second.metrics.rounds, outcome="standby") == 1
+        findings = (await client.get("/findings")).json()["findings"]
+        assert sorted(f["labels"]["pod"] for f in findings) == ["vllm-0", "vllm-1"]
+        [(pid,)] = first.store.database.rows("SELECT pg_backend_pid()")
+        postgres_server.admin(f"SELECT pg_terminate_backend({int(pid)}, 10000)")
+        took_over = await second.scheduler.scheduled_round()
+        assert took_over is not None
+        assert took_over.outcome == "ok"
+        assert await first.scheduler.scheduled_round() is None  # back on a new session: standby

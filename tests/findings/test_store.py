@@ -1,6 +1,7 @@
-"""The findings store on SQLite: findings with their whole evidence, target states, filters,
-retention, and clear errors for a file or a row it cannot use. Restarts are new Store objects on
-one file. (The database itself is tests/storage, the delivery memory tests/daemon/alertmanager.)
+"""The findings store on each backend (SQLite, PostgreSQL): findings with their whole evidence, target
+states, filters, retention, and clear errors for a file or a row it cannot use. Restarts are new
+Store objects on one database. (The databases themselves are tests/storage, the delivery memory
+tests/daemon/alertmanager.)
 """
 
 from __future__ import annotations
@@ -48,16 +49,14 @@ def finding(
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    opened = Store.open(tmp_path / "sub" / "findings.db")
+def store(database_location: Path | str) -> Iterator[Store]:
+    opened = Store.open(database_location)
     yield opened
     opened.close()
 
 
-def test_wal_on_disk_and_a_restart_keeps_everything(tmp_path: Path) -> None:
-    path = tmp_path / "findings.db"
-    first = Store.open(path)
-    assert first.database.probe() == "journal wal"
+def test_a_restart_keeps_everything(database_location: Path | str) -> None:
+    first = Store.open(database_location)
     f = finding(alerts=("0d6ac019b0dad439",))
     first.save([f])
     first.save_states(
@@ -68,7 +67,7 @@ def test_wal_on_disk_and_a_restart_keeps_everything(tmp_path: Path) -> None:
         ]
     )
     first.close()
-    again = Store.open(path)
+    again = Store.open(database_location)
     assert again.active() == [f]
     [state] = again.states()
     assert (state.present, dict(state.values), state.trigger) == (True, {"detect": 20.0}, Trigger.ALERT)
@@ -181,22 +180,18 @@ def test_a_newer_schema_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "future.db"
     with sqlite3.connect(path) as db:
         db.execute("PRAGMA user_version=99")
-    with pytest.raises(StoreError, match=r"schema version 99 is newer than this diagnosd \(2\)"):
+    with pytest.raises(StoreError, match=r"schema version 99 is newer than this diagnosd \(3\)"):
         Store.open(path)
 
 
-def test_a_row_in_a_format_this_code_cannot_read_is_a_clear_error(tmp_path: Path) -> None:
+def test_a_row_in_a_format_this_code_cannot_read_is_a_clear_error(store: Store) -> None:
     """A newer diagnosd wrote it (same schema, a newer row format), then this one was rolled back to."""
-    path = tmp_path / "findings.db"
-    store = Store.open(path)
     store.save([finding()])
-    with sqlite3.connect(path) as db:
-        db.execute("UPDATE findings SET format = 7")
+    store.database.execute("UPDATE findings SET format = 7")
     with pytest.raises(StoreError) as error:
         store.active()
-    assert error.value.path == str(path)
+    assert error.value.path == store.database.path
     assert "is stored in format 7; this diagnosd reads [1]" in error.value.reason
-    store.close()
 
 
 def test_a_path_that_cannot_be_created_is_a_clear_error(tmp_path: Path) -> None:

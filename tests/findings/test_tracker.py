@@ -3,6 +3,7 @@ resolution, and the memory of a restart (a new Tracker on the same store)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -18,8 +19,10 @@ ZERO = timedelta(0)
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Store:
-    return Store.open(tmp_path / "findings.db")
+def store(database_location: Path | str) -> Iterator[Store]:
+    opened = Store.open(database_location)
+    yield opened
+    opened.close()
 
 
 def record(
@@ -93,15 +96,18 @@ def test_resolved_alert_resolves_only_what_it_alone_reported(store: Store) -> No
     assert [f.state for f in tracker.resolve_alert("alert-b", AT + timedelta(minutes=3))] == [State.RESOLVED]
 
 
-def test_a_new_tracker_on_the_same_store_remembers(store: Store, tmp_path: Path) -> None:
+def test_a_new_tracker_on_the_same_store_remembers(store: Store, database_location: Path | str) -> None:
     first = Tracker(store)
     record(first, holding("vllm-0"), holding("vllm-1"))
     store.close()
-    reopened = Store.open(tmp_path / "findings.db")
+    reopened = Store.open(database_location)
     second = Tracker(reopened)
-    assert sorted(f.labels["pod"] for f in second.active()) == ["vllm-0", "vllm-1"]
-    assert len(second.states(AT, timedelta(minutes=10))) == 2
-    assert record(second, clear("vllm-0"), minutes=1) == [State.RESOLVED]
+    try:
+        assert sorted(f.labels["pod"] for f in second.active()) == ["vllm-0", "vllm-1"]
+        assert len(second.states(AT, timedelta(minutes=10))) == 2
+        assert record(second, clear("vllm-0"), minutes=1) == [State.RESOLVED]
+    finally:
+        reopened.close()
 
 
 def test_transitions_are_reported_once_each(store: Store) -> None:

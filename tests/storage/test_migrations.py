@@ -12,7 +12,7 @@ import pytest
 from diagnosd.errors import StoreError
 from diagnosd.storage import Migration, SQLiteDatabase
 from diagnosd.storage.migrations import migrate
-from diagnosd.storage.schema import MIGRATIONS
+from diagnosd.storage.schema import SQLITE_MIGRATIONS as MIGRATIONS
 
 LATEST = len(MIGRATIONS)
 NEXT = (
@@ -38,7 +38,7 @@ def test_the_shipped_migrations_count_up_from_one() -> None:
 
 def test_a_new_database_has_every_migration(db: SQLiteDatabase) -> None:
     assert db.schema_version() == LATEST
-    assert tables(db) == {"findings", "targets", "alerts"}
+    assert tables(db) == {"findings", "targets", "alerts", "turns"}
     assert "format" in {row[1] for row in db.rows("PRAGMA table_info(findings)")}
 
 

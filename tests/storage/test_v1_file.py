@@ -16,7 +16,7 @@ from diagnosd.findings.lifecycle import Phase, State, Trigger
 from diagnosd.findings.store import FindingQuery, Store
 from diagnosd.findings.target import TargetState
 from diagnosd.storage import Database, open_database
-from diagnosd.storage.schema import MIGRATIONS
+from diagnosd.storage.schema import SQLITE_MIGRATIONS as MIGRATIONS
 from tests.storage import frozen_v1
 from tests.storage.frozen_v1 import without_nan
 

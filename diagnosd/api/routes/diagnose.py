@@ -11,12 +11,12 @@ from fastapi import APIRouter, Depends, Query
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from diagnosd.api.deps import AtDep, ScopeDep, ServicesDep, TreeDep, require_api
-from diagnosd.api.schemas import DiagnosisOut, ErrorOut
+from diagnosd.api.schemas import UNAUTHORIZED, DiagnosisOut, ErrorOut
 from diagnosd.findings.lifecycle import Trigger
 from diagnosd.render import json as render_json
 from diagnosd.render import text as render_text
 
-router = APIRouter(tags=["diagnose"], dependencies=[Depends(require_api)])
+router = APIRouter(tags=["diagnose"], dependencies=[Depends(require_api)], responses=UNAUTHORIZED)
 
 DESCRIPTION = """Every query parameter other than `at`, `format`, `lang` and `verbose` narrows the scope as
 `label=value` (e.g. `?namespace=prod&pod=vllm-0`); `match=label=value` (repeatable) scopes a label

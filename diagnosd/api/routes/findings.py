@@ -7,13 +7,13 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Depends, Path, Query
 
 from diagnosd.api.deps import LABEL_FILTER_PATTERN, MOMENT_PATTERN, ServicesDep, parse_time, require_api
-from diagnosd.api.schemas import ErrorOut, FindingDetailOut, FindingListOut, finding_detail, finding_out
+from diagnosd.api.schemas import UNAUTHORIZED, ErrorOut, FindingDetailOut, FindingListOut, finding_detail, finding_out
 from diagnosd.engine import Scope
 from diagnosd.errors import FindingNotFound
 from diagnosd.findings.lifecycle import State
 from diagnosd.findings.store import FindingQuery
 
-router = APIRouter(tags=["findings"], dependencies=[Depends(require_api)])
+router = APIRouter(tags=["findings"], dependencies=[Depends(require_api)], responses=UNAUTHORIZED)
 
 StateFilter = Literal["active", "pending", "firing", "resolved", "all"]
 STATES: dict[str, tuple[State, ...]] = {
@@ -39,7 +39,7 @@ async def list_findings(
     label: Annotated[
         list[str],
         Query(
-            description="target label filter LABEL=VALUE (repeatable, each label once)",
+            description="target label filter LABEL=VALUE (repeatable: every filter must hold)",
             json_schema_extra={"items": {"type": "string", "pattern": LABEL_FILTER_PATTERN}},
         ),
     ] = [],  # noqa: B006
@@ -62,10 +62,24 @@ async def list_findings(
     now = svc.runtime.clock()
     start = parse_time("since", since) if since is not None else now - svc.runtime.settings.findings.recent
     end = parse_time("until", until) if until is not None else None
-    query = FindingQuery(STATES[state], symptom, cause, Scope.parse(label).as_dict(), start, end, limit + 1)
-    found = svc.store.findings(query)
+    labels = _labels(label)
+    if labels is None:
+        return FindingListOut(findings=[], count=0, truncated=False, since=start, until=end)
+    found = svc.store.findings(FindingQuery(STATES[state], symptom, cause, labels, start, end, limit + 1))
     items = [finding_out(f) for f in found[:limit]]
     return FindingListOut(findings=items, count=len(items), truncated=len(found) > limit, since=start, until=end)
+
+
+def _labels(filters: list[str]) -> dict[str, str] | None:
+    """The filters as one label set, each read as a scope item; None when two ask one label for
+    different values: no finding has both, so the list is empty (as Prometheus answers a selector
+    with `a="1", a="2"`), not a refusal of filters the schema allows."""
+    labels: dict[str, str] = {}
+    for item in filters:
+        [(name, value)] = Scope.parse([item]).as_dict().items()
+        if labels.setdefault(name, value) != value:
+            return None
+    return labels
 
 
 @router.get(

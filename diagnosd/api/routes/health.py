@@ -1,4 +1,5 @@
-"""GET /healthz (the process serves) and /readyz (rules loaded, store open, Prometheus answers)."""
+"""GET /healthz (the process serves) and /readyz (rules loaded, store open, Prometheus answers and
+its circuit is closed)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
 from diagnosd.api.deps import ServicesDep
-from diagnosd.api.schemas import HealthOut, ProbeOut, ReadyOut
+from diagnosd.api.schemas import CircuitOut, HealthOut, ProbeOut, ReadyOut
 from diagnosd.errors import SourceError
 from diagnosd.findings.store import Store
 
@@ -27,7 +28,7 @@ async def healthz() -> HealthOut:
 @router.get(
     "/readyz",
     operation_id="readyz",
-    summary="Readiness: rules loaded, store open, Prometheus answers a query",
+    summary="Readiness: rules loaded, store open, Prometheus answers a query and its circuit is closed",
     responses={503: {"model": ReadyOut}},
 )
 async def readyz(svc: ServicesDep) -> JSONResponse:
@@ -38,7 +39,8 @@ async def readyz(svc: ServicesDep) -> JSONResponse:
     }
     ready = all(c.ok for c in checks.values())
     body = ReadyOut(ready=ready, checks=checks)
-    return JSONResponse(body.model_dump(), status_code=200 if ready else 503)
+    # Unset: only the prometheus check has a circuit to show.
+    return JSONResponse(body.model_dump(exclude_unset=True), status_code=200 if ready else 503)
 
 
 def _rules(count: int) -> ProbeOut:
@@ -54,11 +56,29 @@ def _store(store: Store) -> ProbeOut:
 
 
 async def _prometheus(svc: ServicesDep) -> ProbeOut:
+    """Through the circuit's readiness door: open, nothing is sent (a probe every few seconds must
+    not hammer a Prometheus that is failing); due for a probe, this may be it; closed, a failure
+    counts but a success does not keep the circuit closed for the real queries."""
     try:
         async with asyncio.timeout(PROBE_TIMEOUT):
-            await svc.source.query(PROBE_QUERY, datetime.now(UTC))
+            await svc.source.check(PROBE_QUERY, datetime.now(UTC))
     except SourceError as error:
-        return ProbeOut(ok=False, detail=str(error))
+        return ProbeOut(ok=False, detail=str(error), circuit=_circuit(svc))
     except TimeoutError:
-        return ProbeOut(ok=False, detail=f"no answer to {PROBE_QUERY} within {PROBE_TIMEOUT:g}s")
-    return ProbeOut(ok=True, detail="answers queries")
+        detail = f"no answer to {PROBE_QUERY} within {PROBE_TIMEOUT:g}s"
+        return ProbeOut(ok=False, detail=detail, circuit=_circuit(svc))
+    circuit = _circuit(svc)
+    if circuit.state != "closed":  # answered, but the circuit opened meanwhile
+        return ProbeOut(ok=False, detail=f"answers queries, but its circuit is {circuit.state}", circuit=circuit)
+    return ProbeOut(ok=True, detail="answers queries", circuit=circuit)
+
+
+def _circuit(svc: ServicesDep) -> CircuitOut:
+    status = svc.source.circuit.status()
+    return CircuitOut(
+        state=str(status.state),
+        failures=status.failures,
+        openings=status.openings,
+        next_probe_in_seconds=status.probe_in,
+        last_error=status.last,
+    )

@@ -11,8 +11,9 @@ from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from diagnosd.api.deps import ServicesDep, require_api
+from diagnosd.api.schemas import UNAUTHORIZED
 
-router = APIRouter(tags=["metrics"], dependencies=[Depends(require_api)])
+router = APIRouter(tags=["metrics"], dependencies=[Depends(require_api)], responses=UNAUTHORIZED)
 
 
 @router.get(

@@ -5,9 +5,9 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends
 
 from diagnosd.api.deps import ServicesDep, TreeDep, require_api
-from diagnosd.api.schemas import ErrorOut, SymptomDetailOut, SymptomOut, symptom_detail, symptom_out
+from diagnosd.api.schemas import UNAUTHORIZED, ErrorOut, SymptomDetailOut, SymptomOut, symptom_detail, symptom_out
 
-router = APIRouter(tags=["symptoms"], dependencies=[Depends(require_api)])
+router = APIRouter(tags=["symptoms"], dependencies=[Depends(require_api)], responses=UNAUTHORIZED)
 
 
 @router.get("/symptoms", operation_id="listSymptoms", summary="List the symptoms diagnosd can diagnose")

@@ -12,10 +12,10 @@ from fastapi import APIRouter, Depends, Query
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from diagnosd.api.deps import AtDep, ScopeDep, ServicesDep, require_api
-from diagnosd.api.schemas import CheckOut, ErrorOut, EvidenceOut, RootCauseOut, TextOut, Wire
+from diagnosd.api.schemas import UNAUTHORIZED, CheckOut, ErrorOut, EvidenceOut, RootCauseOut, TextOut, Wire
 from diagnosd.render import triage as render_triage
 
-router = APIRouter(tags=["diagnose"], dependencies=[Depends(require_api)])
+router = APIRouter(tags=["diagnose"], dependencies=[Depends(require_api)], responses=UNAUTHORIZED)
 
 DESCRIPTION = """Every query parameter other than `at`, `format` and `lang` narrows the scope as
 `label=value` (e.g. `?namespace=prod`); `match=label=value` (repeatable) scopes a label whose name

@@ -16,7 +16,7 @@ from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException
 
 from diagnosd.api.deps import ServicesDep, require_webhook
-from diagnosd.api.schemas import ErrorOut, ReceiptOut, SkippedOut
+from diagnosd.api.schemas import ErrorOut, Payload, ReceiptOut, SkippedOut
 from diagnosd.daemon.alertmanager import payload as alerts
 from diagnosd.daemon.alertmanager.inbox import Offer
 from diagnosd.errors import QueueFull, RequestError, Unauthorized
@@ -88,7 +88,7 @@ router = APIRouter(tags=["webhook"], route_class=CountedRoute)
         503: {"model": ErrorOut},
     },
 )
-async def receive(payload: alerts.Payload, svc: ServicesDep) -> ReceiptOut:
+async def receive(payload: Payload, svc: ServicesDep) -> ReceiptOut:
     alerts.check_version(payload)
     hook = svc.runtime.settings.webhook
     trees = svc.diagnoser.ruleset.trees

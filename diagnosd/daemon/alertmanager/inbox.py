@@ -3,13 +3,19 @@
 Every distinct alert state (fingerprint, status, startsAt) is remembered in the store when it is
 offered, so the same state delivered twice (Alertmanager HA), re-sent every repeat_interval, or
 delivered again after a restart is diagnosed once. A firing state whose diagnosis could not run
-(Prometheus down) is tried again later; its resolution cancels that.
+(Prometheus down) is tried again later; its resolution cancels that. One whose queries Prometheus
+refuses (a 4xx) is recorded as rejected, with the reason, and not tried again: it would fail alike.
 
 A job is a batch (coalesce.py): the firing alerts of one symptom received within one
 `coalesce_window` wait for the window to close and are diagnosed by one evaluation; a resolution
 is a job of its own, worked before any diagnosis. The bound (`queue_size`) counts jobs waiting,
 not alerts: a delivery that would add a job is refused only while that many jobs already wait,
 and is otherwise taken whole however many alerts it holds, so no delivery is refused forever.
+
+Replicas on one database share the queue (memory.py): each works only the states it claimed, renews
+their leases while it holds them, and takes the queued states whose lease lapsed (a replica killed
+mid-burst) on its next look. A firing state's findings and its `done` are written in one
+transaction, under the owner's check: a state is diagnosed into findings once across replicas.
 """
 
 from __future__ import annotations
@@ -24,16 +30,21 @@ from datetime import datetime, timedelta
 from enum import IntEnum, StrEnum
 
 from diagnosd.daemon.alertmanager.coalesce import BatchKey, batch_key, part, shared_scope, window_start
-from diagnosd.daemon.alertmanager.memory import AlertRecord, DeliveryMemory
+from diagnosd.daemon.alertmanager.memory import AlertRecord, DeliveryMemory, Lease
 from diagnosd.daemon.alertmanager.payload import AlertJob
 from diagnosd.daemon.diagnoser import Diagnoser
 from diagnosd.engine import Scope
-from diagnosd.errors import DiagnosdError, QueueFull, SourceError
+from diagnosd.errors import DiagnosdError, QueryRejected, QueueFull, SourceError, StoreError
 from diagnosd.findings.lifecycle import Trigger
+from diagnosd.findings.model import Diagnosis
 from diagnosd.findings.tracker import Tracker
 from diagnosd.sinks.metrics import Metrics
 
 log = logging.getLogger(__name__)
+
+# The owner of every state on a SQLite store: one file, one replica, the same across its restarts.
+LOCAL = "local"
+LEASE = timedelta(seconds=30)
 
 
 class Delivery(StrEnum):
@@ -42,6 +53,8 @@ class Delivery(StrEnum):
     QUEUED = "queued"  # waiting for a worker (also after a restart)
     DONE = "done"  # diagnosed and recorded, or nothing left to do
     FAILED = "failed"  # could not be diagnosed yet: retried with backoff
+    # Prometheus refused the alert's query (a 4xx): failed for good, since a retry fails the same way.
+    REJECTED = "rejected"
     SUPERSEDED = "superseded"  # a newer state of the same alert replaced it
 
 
@@ -84,6 +97,8 @@ class Inbox:
         retry_after: timedelta,
         coalesce_window: timedelta = timedelta(0),
         strict_labels: Sequence[str] = (),
+        owner: str = LOCAL,
+        lease: timedelta = LEASE,
     ) -> None:
         self._store = store
         self._tracker = tracker
@@ -93,11 +108,14 @@ class Inbox:
         self._queue: asyncio.PriorityQueue[tuple[int, int, Batch]] = asyncio.PriorityQueue()
         self._order = itertools.count()
         self._capacity = capacity
+        metrics.queue_capacity.set(capacity)
         self._workers = workers
         self._max_attempts = max_attempts
         self._retry_after = retry_after
         self._window = coalesce_window
         self._strict = tuple(strict_labels)
+        self._owner = owner
+        self._lease_for = lease
         # Batches still gathering alerts, each closed by a timer of the event loop.
         self._open: dict[BatchKey, Batch] = {}
         # Jobs open or queued (the bound), and jobs not finished (what join() waits for).
@@ -123,24 +141,38 @@ class Inbox:
         needed = self._jobs_needed(fresh)
         if needed and self._waiting >= self._capacity:
             raise QueueFull(self._capacity, needed)
-        now = self._clock()
-        self._remember_many(fresh, now)
-        for job in fresh:
+        lease = self._lease()
+        taken = self._claim(fresh, records, lease)
+        queued = tuple(job for job in fresh if job.key in taken)
+        for job in queued:
             self._admit(job)
-        taken = {job.key for job in fresh}
+        # Another replica's claim made these its own: duplicates here, as a re-send is.
         duplicates = tuple(job for job in jobs if job.key not in taken)
         # Re-sends of a long-firing alert keep its memory from expiring with the retention.
-        self._store.touch((job.key for job in duplicates), now)
-        return Offer(tuple(fresh), duplicates)
+        self._store.touch((job.key for job in duplicates), lease.now)
+        return Offer(queued, duplicates)
+
+    def _claim(
+        self, fresh: Sequence[AlertJob], records: dict[tuple[str, str, str], AlertRecord | None], lease: Lease
+    ) -> set[tuple[str, str, str]]:
+        """The states of `fresh` this replica now holds: new ones its insert made, failed ones its
+        update took (one transaction for all the new: an alert storm is not one commit per alert)."""
+        new = [(job.key, job.as_dict()) for job in fresh if records[job.key] is None]
+        taken = self._store.claim_new(new, lease) if new else set()
+        for job in fresh:
+            record = records[job.key]
+            if record is not None and self._store.claim(record, lease):
+                taken.add(job.key)
+        return taken
+
+    def _lease(self) -> Lease:
+        now = self._clock()
+        return Lease(self._owner, now, now + self._lease_for)
 
     def _jobs_needed(self, fresh: Sequence[AlertJob]) -> int:
         """How many jobs these states would add: joining a batch still open adds none."""
         opened = {batch_key(job, self._window, self._strict) for job in fresh if not job.resolved}
         return sum(job.resolved for job in fresh) + len(opened - self._open.keys())
-
-    def _remember_many(self, jobs: Iterable[AlertJob], now: datetime) -> None:
-        # One transaction for a whole delivery: an alert storm's cost is not one commit per alert.
-        self._store.remember_all(((job.key, job.as_dict()) for job in jobs), Delivery.QUEUED, now)
 
     def _admit(self, job: AlertJob) -> None:
         """Into a job: a resolution at once, a firing state into its symptom's open batch."""
@@ -181,31 +213,52 @@ class Inbox:
 
     async def start(self) -> None:
         self._tasks = [asyncio.create_task(self._work(), name=f"alert-worker-{i}") for i in range(self._workers)]
+        self._tasks.append(asyncio.create_task(self._keep_leases(), name="alert-leases"))
         self.requeue()
 
     async def stop(self) -> None:
-        """Stop the workers; what is still queued stays remembered as queued and resumes at next start."""
+        """Stop the workers; what is still queued stays remembered as queued and resumes at next
+        start, or at once on another replica: its leases are let go."""
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks = []
+        try:
+            self._store.release(self._owner)
+        except StoreError as error:
+            log.warning("alerts: could not let go of this replica's leases (they lapse): %s", error)
+
+    async def _keep_leases(self) -> None:
+        """Renew what this replica holds and take what a dead one held, three times a lease."""
+        every = self._lease_for.total_seconds() / 3
+        while True:
+            await asyncio.sleep(every)
+            try:
+                self._store.renew(self._lease())
+                self._admit_records(self._store.claim_lapsed(self._lease()))
+            except StoreError as error:
+                log.warning("alerts: could not renew or take leases: %s", error)
 
     async def join(self) -> None:
         """Wait until every job offered is done, open batches included (tests, graceful drains)."""
         await self._idle.wait()
 
     def requeue(self) -> int:
-        """Queue what the store holds as queued but nothing works on, and failures due for a retry."""
-        now = self._clock()
-        due = [r for r in self._store.alerts_by_outcome(Delivery.QUEUED) if r.key not in self._inflight]
-        due += [r for r in self._store.alerts_by_outcome(Delivery.FAILED) if self._retry_due(r, now)]
+        """Queue what the store holds as queued but nothing works on, and failures due for a retry;
+        each claimed first, so two replicas requeueing at once never both take one state."""
         if self._waiting >= self._capacity:
             return 0
+        lease = self._lease()
+        due = self._store.claim_lapsed(lease)
+        failed = self._store.alerts_by_outcome(Delivery.FAILED)
+        due += [r for r in failed if self._retry_due(r, lease.now) and self._store.claim(r, lease)]
         # Taken whole, like a delivery: the rest of the bound is for the webhook's next offer.
-        jobs = [AlertJob.from_dict(record.request) for record in due]
-        self._remember_many(jobs, now)
+        return self._admit_records(due)
+
+    def _admit_records(self, records: Iterable[AlertRecord]) -> int:
+        jobs = [AlertJob.from_dict(r.request) for r in records if r.key not in self._inflight]
         for job in jobs:
             self._admit(job)
         return len(jobs)
@@ -239,7 +292,10 @@ class Inbox:
                     self._idle.set()
 
     def _finish(self, job: AlertJob, outcome: Delivery, error: str | None = None) -> None:
-        self._store.mark(job.key, outcome, self._clock(), error)
+        if not self._store.mark(job.key, outcome, self._clock(), error, self._owner):
+            log.info(
+                "alert %s (%s): no longer held here, left as another replica has it", job.fingerprint, job.alertname
+            )
         self._inflight.discard(job.key)
 
     async def _handle(self, batch: Batch) -> None:
@@ -263,6 +319,13 @@ class Inbox:
             tree = self._diagnoser.tree(symptom)
             scope = Scope.of(shared_scope(job.scope for job in jobs))
             looked = await self._diagnoser.diagnose(tree, scope, Batch(jobs).at, Trigger.ALERT)
+        except QueryRejected as error:
+            log.warning(
+                "alerts %s: Prometheus refused the queries of %s, not retried: %s", _names(jobs), symptom, error
+            )
+            for job in jobs:
+                self._finish(job, Delivery.REJECTED, str(error))
+            return
         except SourceError as error:
             log.warning("alerts %s: could not diagnose %s: %s", _names(jobs), symptom, error)
             for job in jobs:
@@ -281,9 +344,25 @@ class Inbox:
                 log.info(
                     "alert %s (%s): no target in %s has data for %s", job.fingerprint, job.alertname, job.scope, symptom
                 )
-            now = self._clock()
-            self._tracker.record(mine, trigger=Trigger.ALERT, now=now, for_=timedelta(0), alert=job.fingerprint)
-            self._finish(job, Delivery.DONE)
+            self._record(job, mine)
+
+    def _record(self, job: AlertJob, mine: Diagnosis) -> None:
+        """The findings and the `done`, in one transaction, only while the state is still held here."""
+        now = self._clock()
+        held: list[bool] = []
+
+        def claim() -> bool:
+            held.append(self._store.mark_within(job.key, Delivery.DONE, now, None, self._owner))
+            return held[-1]
+
+        self._tracker.record(
+            mine, trigger=Trigger.ALERT, now=now, for_=timedelta(0), alert=job.fingerprint, claim=claim
+        )
+        if held != [True]:
+            log.info(
+                "alert %s (%s): no longer held here, its diagnosis left unrecorded", job.fingerprint, job.alertname
+            )
+        self._inflight.discard(job.key)
 
     def _overtaken(self, job: AlertJob) -> bool:
         """Its resolution came first: nothing left to diagnose (marked superseded)."""
@@ -294,10 +373,11 @@ class Inbox:
 
     def _resolve(self, job: AlertJob) -> None:
         now = self._clock()
+        # Superseded first: a replica about to record the firing state's findings then finds it no
+        # longer its own, and any it recorded before are resolved just below.
+        waiting = (Delivery.QUEUED, Delivery.FAILED)
+        self._store.supersede((job.fingerprint, "firing", job.starts_at), now, Delivery.SUPERSEDED, waiting)
         self._tracker.resolve_alert(job.fingerprint, now)
-        firing = self._store.alert((job.fingerprint, "firing", job.starts_at))
-        if firing is not None and firing.outcome in (Delivery.QUEUED, Delivery.FAILED):
-            self._store.mark(firing.key, Delivery.SUPERSEDED, now)
         self._finish(job, Delivery.DONE)
 
 

@@ -1,24 +1,38 @@
 """The delivery memory: every distinct alert state Alertmanager sent (fingerprint, status, startsAt),
 its request and what became of it, on the database (diagnosd.storage), so that a restart neither
 loses a queued alert nor diagnoses a done one again, and a re-send is recognised as one.
+
+Replicas on one database share it as their alert queue. A replica works only the states it claimed:
+by the insert that made the row (ON CONFLICT DO NOTHING RETURNING: the other replica's insert makes
+nothing), or by a conditional UPDATE of a failed state or of a queued one whose lease lapsed (its
+replica died). The owner renews its leases while it works, and its mark counts only while the state
+is still its own: a replica that lost its lease cannot overwrite what another concluded.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+import sqlite3
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from diagnosd.storage import Database
-from diagnosd.storage.columns import moment, seconds
+from diagnosd.errors import StoreError
+from diagnosd.storage import Database, SQLiteDatabase
+from diagnosd.storage.columns import moment, optional_moment, seconds
 from diagnosd.storage.database import Row
 
 Key = tuple[str, str, str]
-_SELECT = (
-    "SELECT fingerprint, status, starts_at, outcome, attempts, request, received_at, updated_at, error FROM alerts"
+_COLUMNS = (
+    "fingerprint, status, starts_at, outcome, attempts, request, received_at, updated_at, error, owner, lease_until"
 )
+_SELECT = f"SELECT {_COLUMNS} FROM alerts"
+_KEY = "fingerprint = ? AND status = ? AND starts_at = ?"
+# SQLite (3.35+) and PostgreSQL both number their variables past this; a delivery is cut in chunks.
+_CHUNK = 100
+# The first SQLite whose INSERT and UPDATE can say which rows they made (RETURNING): claims need it.
+SQLITE_RETURNING = (3, 35, 0)
 # What the inbox's outcome names mean here: a queued state is still owed a diagnosis, never purged;
 # done and failed are the ends of one attempt.
 QUEUED = "queued"
@@ -36,14 +50,28 @@ class AlertRecord:
     received_at: datetime
     updated_at: datetime
     error: str | None
+    owner: str | None = None  # the replica that claimed it last
+    lease_until: datetime | None = None  # while it holds it (None: nobody does)
+
+
+@dataclass(frozen=True)
+class Lease:
+    """Who claims, and until when it holds what it claims."""
+
+    owner: str
+    now: datetime
+    until: datetime
 
 
 class DeliveryMemory:
     def __init__(self, database: Database) -> None:
+        if isinstance(database, SQLiteDatabase) and sqlite3.sqlite_version_info < SQLITE_RETURNING:
+            wanted = ".".join(map(str, SQLITE_RETURNING))
+            raise StoreError(database.path, f"SQLite {sqlite3.sqlite_version} cannot claim alerts: {wanted}+ needed")
         self.database = database
 
     def alert(self, key: Key) -> AlertRecord | None:
-        rows = self.database.rows(f"{_SELECT} WHERE fingerprint = ? AND status = ? AND starts_at = ?", key)
+        rows = self.database.rows(f"{_SELECT} WHERE {_KEY}", key)
         return _record(rows[0]) if rows else None
 
     def remember(self, key: Key, request: dict[str, Any], outcome: str, now: datetime) -> None:
@@ -61,14 +89,108 @@ class DeliveryMemory:
                 [(*key, outcome, json.dumps(request), seconds(now), seconds(now)) for key, request in states],
             )
 
-    def mark(self, key: Key, outcome: str, now: datetime, error: str | None = None) -> None:
+    def mark(self, key: Key, outcome: str, now: datetime, error: str | None = None, owner: str | None = None) -> bool:
+        """Record what became of a state; with `owner`, only while that replica still holds it
+        (queued, its own). Returns whether it was recorded."""
+        with self.database.transaction():
+            return self.mark_within(key, outcome, now, error, owner)
+
+    def mark_within(
+        self, key: Key, outcome: str, now: datetime, error: str | None = None, owner: str | None = None
+    ) -> bool:
+        """`mark` inside a transaction the caller holds (the tracker's: the findings and the mark
+        commit together or not at all)."""
         attempt = 1 if outcome in ATTEMPTED else 0
+        sql = (
+            "UPDATE alerts SET outcome = ?, updated_at = ?, error = ?, attempts = attempts + ?, lease_until = NULL "
+            f"WHERE {_KEY}"
+        )
+        args: list[object] = [outcome, seconds(now), error, attempt, *key]
+        if owner is not None:
+            sql += " AND owner = ? AND outcome = ?"
+            args += [owner, QUEUED]
+        return self.database.execute(sql, args) > 0
+
+    def supersede(self, key: Key, now: datetime, outcome: str, waiting: Iterable[str]) -> bool:
+        """A newer state replaced this one: `outcome` if it was still waiting (one of `waiting`),
+        whoever holds it; that replica's mark then finds it no longer its own."""
+        marks = list(waiting)
+        with self.database.transaction():
+            changed = self.database.execute(
+                f"UPDATE alerts SET outcome = ?, updated_at = ?, lease_until = NULL WHERE {_KEY} "
+                f"AND outcome IN ({', '.join('?' * len(marks))})",
+                (outcome, seconds(now), *key, *marks),
+            )
+        return changed > 0
+
+    def claim_new(self, states: Sequence[tuple[Key, dict[str, Any]]], lease: Lease) -> set[Key]:
+        """Insert the states not known yet, queued and held by `lease.owner`; returns the keys this
+        insert made (a state another replica inserted first is not among them)."""
+        claimed: set[Key] = set()
         db = self.database
         with db.transaction():
-            db.execute(
-                "UPDATE alerts SET outcome = ?, updated_at = ?, error = ?, attempts = attempts + ? "
-                "WHERE fingerprint = ? AND status = ? AND starts_at = ?",
-                (outcome, seconds(now), error, attempt, *key),
+            for start in range(0, len(states), _CHUNK):
+                chunk = states[start : start + _CHUNK]
+                rows = ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?, ?)"] * len(chunk))
+                args = [
+                    value
+                    for key, request in chunk
+                    for value in (*key, QUEUED, json.dumps(request), *_times(lease), lease.owner)
+                ]
+                made = db.rows(
+                    "INSERT INTO alerts (fingerprint, status, starts_at, outcome, request, received_at, updated_at, "
+                    f"lease_until, owner) VALUES {rows} ON CONFLICT (fingerprint, status, starts_at) DO NOTHING "
+                    "RETURNING fingerprint, status, starts_at",
+                    args,
+                )
+                claimed.update((fp, status, starts) for fp, status, starts in made)
+        return claimed
+
+    def claim(self, record: AlertRecord, lease: Lease) -> bool:
+        """Queue a known state again for `lease.owner`, if it is still as `record` saw it (same
+        outcome and attempts) and nobody holds it: of two replicas asking, one gets it."""
+        with self.database.transaction():
+            changed = self.database.execute(
+                "UPDATE alerts SET outcome = ?, updated_at = ?, lease_until = ?, owner = ? "
+                f"WHERE {_KEY} AND outcome = ? AND attempts = ? AND (lease_until IS NULL OR lease_until < ?)",
+                (
+                    QUEUED,
+                    *_times(lease)[1:],
+                    lease.owner,
+                    *record.key,
+                    record.outcome,
+                    record.attempts,
+                    seconds(lease.now),
+                ),
+            )
+        return changed > 0
+
+    def claim_lapsed(self, lease: Lease) -> list[AlertRecord]:
+        """Take the queued states nobody holds any more (their replica died, or they predate
+        leases) and those `lease.owner` held already (its own, from before a restart); the
+        earliest received first."""
+        now = seconds(lease.now)
+        with self.database.transaction():
+            rows = self.database.rows(
+                "UPDATE alerts SET lease_until = ?, owner = ? WHERE outcome = ? "
+                f"AND (owner = ? OR lease_until IS NULL OR lease_until < ?) RETURNING {_COLUMNS}",
+                (seconds(lease.until), lease.owner, QUEUED, lease.owner, now),
+            )
+        return sorted((_record(row) for row in rows), key=lambda r: r.received_at)
+
+    def release(self, owner: str) -> int:
+        """Let go of what `owner` holds (it stops): another replica may take it at once."""
+        with self.database.transaction():
+            return self.database.execute(
+                "UPDATE alerts SET lease_until = NULL WHERE owner = ? AND outcome = ?", (owner, QUEUED)
+            )
+
+    def renew(self, lease: Lease) -> int:
+        """Hold every queued state `lease.owner` holds until `lease.until`; returns how many."""
+        with self.database.transaction():
+            return self.database.execute(
+                "UPDATE alerts SET lease_until = ? WHERE owner = ? AND outcome = ?",
+                (seconds(lease.until), lease.owner, QUEUED),
             )
 
     def touch(self, keys: Iterable[Key], now: datetime) -> None:
@@ -97,8 +219,21 @@ class DeliveryMemory:
             )
 
 
+def _times(lease: Lease) -> tuple[float, float, float]:
+    """received_at, updated_at, lease_until of a state claimed now."""
+    return seconds(lease.now), seconds(lease.now), seconds(lease.until)
+
+
 def _record(row: Row) -> AlertRecord:
-    fp, status, starts_at, outcome, attempts, request, received, updated, error = row
+    fp, status, starts_at, outcome, attempts, request, received, updated, error, owner, until = row
     return AlertRecord(
-        (fp, status, starts_at), outcome, attempts, json.loads(request), moment(received), moment(updated), error
+        (fp, status, starts_at),
+        outcome,
+        attempts,
+        json.loads(request),
+        moment(received),
+        moment(updated),
+        error,
+        owner,
+        optional_moment(until),
     )

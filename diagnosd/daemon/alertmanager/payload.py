@@ -20,6 +20,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_valida
 
 from diagnosd.engine.scope import Scope
 from diagnosd.errors import RequestError, ScopeError
+from diagnosd.sinks.alertmanager import ALERTNAME as DERIVED_ALERTNAME
 from diagnosd.trees.model import Tree
 
 SYMPTOM_LABEL = "symptom"
@@ -42,6 +43,21 @@ def _rfc3339(value: object) -> object:
 Rfc3339 = Annotated[datetime, BeforeValidator(_rfc3339)]
 
 
+def _json_integer(value: object) -> object:
+    """A JSON Schema integer: a number with no fractional part (5 or 5.0), never `true` or `"5"`,
+    which lax validation would take for one."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError("expected an integer")
+    if isinstance(value, float):
+        if not value.is_integer():
+            raise ValueError("expected an integer")
+        return int(value)
+    return value
+
+
+JsonInteger = Annotated[int, BeforeValidator(_json_integer)]
+
+
 class _Tolerant(BaseModel):
     """Newer Alertmanager versions add fields: ignore what is not read here."""
 
@@ -60,9 +76,17 @@ class Alert(_Tolerant):
     @field_validator("startsAt", "endsAt")
     @classmethod
     def _utc(cls, value: datetime | None) -> datetime | None:
+        """In UTC. A time UTC cannot hold (year 1 at +01:00, year 9999 at -01:00) is valid RFC 3339,
+        so it is taken, held at the first or last moment UTC has (year 1 is Alertmanager's "no end"
+        anyway), where converting it would raise OverflowError."""
         if value is None:
             return None
-        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+        if value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        try:
+            return value.astimezone(UTC)
+        except OverflowError:
+            return (datetime.min if value.year == datetime.min.year else datetime.max).replace(tzinfo=UTC)
 
     @property
     def ends_at(self) -> datetime | None:
@@ -79,11 +103,12 @@ class Alert(_Tolerant):
 
 
 class Payload(_Tolerant):
-    version: str
+    # The one version read is a constant of the schema; another is refused with 400 (check_version).
+    version: str = Field(json_schema_extra={"const": VERSION})
     status: Literal["firing", "resolved"]
     receiver: str = ""
     groupKey: str = ""
-    truncatedAlerts: int = Field(default=0, ge=0)
+    truncatedAlerts: JsonInteger = Field(default=0, ge=0)
     groupLabels: dict[str, str] = {}
     commonLabels: dict[str, str] = {}
     commonAnnotations: dict[str, str] = {}
@@ -95,6 +120,9 @@ class Skip(StrEnum):
     UNMAPPED = "unmapped"  # no symptom label and an alertname the map does not know
     UNKNOWN_SYMPTOM = "unknown_symptom"  # names a symptom no loaded tree has
     BAD_SCOPE = "bad_scope"  # a scope label value no query may carry (too long, not unicode)
+    # diagnosd's own derived alert, routed back here: diagnosing it would diagnose a diagnosis, and
+    # its finding would post it again (a loop). It carries `symptom`, so the check comes first.
+    OWN_ALERT = "own_alert"
 
 
 def check_version(payload: Payload) -> None:
@@ -173,6 +201,9 @@ def plan(
     skipped: list[Skipped] = []
     for alert in payload.alerts:
         alertname = alert.labels.get("alertname", "")
+        if alertname == DERIVED_ALERTNAME:
+            skipped.append(Skipped(alert.identity, alertname, Skip.OWN_ALERT, "diagnosd's own derived alert"))
+            continue
         symptom = alert.labels.get(SYMPTOM_LABEL) or alertname_map.get(alertname)
         if symptom is None:
             skipped.append(Skipped(alert.identity, alertname, Skip.UNMAPPED, "no symptom label, alertname not mapped"))

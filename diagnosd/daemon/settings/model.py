@@ -30,10 +30,15 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from diagnosd.sinks.alertmanager import AlertmanagerConfig
+from diagnosd.sinks.grafana import GrafanaConfig
 from diagnosd.sources import PrometheusConfig
+from diagnosd.sources.circuit import Policy
+from diagnosd.storage import POSTGRES_SCHEMES, is_url
 from diagnosd.topology import Topology
 from diagnosd.trees.model import LABEL_NAME
 from diagnosd.trees.promql import format_duration, parse_duration
+from diagnosd.urls import redact
 
 MIN_SECRET = 16
 
@@ -101,6 +106,27 @@ class LogLevel(StrEnum):
     ERROR = "error"
 
 
+class CircuitSettings(Section):
+    """When to stop asking a failing Prometheus, and how soon to ask again (sources/circuit.py)."""
+
+    # Consecutive failed calls (unreachable, timed out, 5xx or 429 after the retries) that open it;
+    # one answer with a Retry-After opens it at once.
+    failures: Annotated[int, Field(ge=1, le=1000)] = 5
+    # Open this long before one call probes; doubled at each consecutive opening (less up to 20 %
+    # at random) up to max_cooldown; never shorter than a Retry-After, itself capped at max_cooldown.
+    cooldown: Duration = timedelta(seconds=5)
+    max_cooldown: Duration = timedelta(minutes=5)
+
+    @model_validator(mode="after")
+    def _order(self) -> CircuitSettings:
+        if self.max_cooldown < self.cooldown:
+            raise ValueError("max_cooldown must not be shorter than cooldown")
+        return self
+
+    def policy(self) -> Policy:
+        return Policy(self.failures, self.cooldown.total_seconds(), self.max_cooldown.total_seconds())
+
+
 class PrometheusSettings(Section):
     """Where queries go: Prometheus or any PromQL backend (Thanos, Mimir, VictoriaMetrics)."""
 
@@ -110,6 +136,7 @@ class PrometheusSettings(Section):
     # Each diagnosis answers within this, whatever the timeout and retries: what is unanswered then
     # reads unknown (timeout). Well under Kubernetes' 30s grace, which the shutdown waits within.
     diagnosis_deadline: Duration = timedelta(seconds=20)
+    circuit: CircuitSettings = CircuitSettings()
     bearer_token: SecretStr | None = None
     username: str | None = None
     password: SecretStr | None = None
@@ -156,6 +183,14 @@ class ServerSettings(Section):
     host: str = "127.0.0.1"
     port: Annotated[int, Field(ge=1, le=65535)] = 8080
     access_log: bool = True
+    # How people reach this daemon (e.g. https://diagnosd.example.com): derived alerts and Grafana
+    # annotations link to <external_url>/findings/<id>. Unset: they carry no link.
+    external_url: str | None = None
+
+    @field_validator("external_url")
+    @classmethod
+    def _external(cls, url: str | None) -> str | None:
+        return None if url is None else _receiver_url(url)
 
     @property
     def loopback(self) -> bool:
@@ -168,9 +203,35 @@ class ServerSettings(Section):
 
 
 class StoreSettings(Section):
+    # The SQLite file: the embedded default, for one replica.
     path: Path = Path("diagnosd.db")
+    # Or PostgreSQL, for two or more replicas: postgresql://user[:password]@host:port/database. A
+    # secret as a whole (it may hold the password): DIAGNOSD_STORE_URL_FILE reads it from a file.
+    url: SecretStr | None = None
     # Resolved findings, delivered-alert memory and target states older than this are deleted.
     retention: Duration = timedelta(days=7)
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, url: SecretStr | None) -> SecretStr | None:
+        if url is not None and not is_url(url.get_secret_value()):
+            # Never the value: it may hold the password.
+            raise ValueError(f"expected {' or '.join(POSTGRES_SCHEMES)}user@host:port/database")
+        return url
+
+    @model_validator(mode="after")
+    def _one(self) -> StoreSettings:
+        if self.url is not None and "path" in self.model_fields_set:
+            raise ValueError("set store.path (SQLite) or store.url (PostgreSQL), not both")
+        return self
+
+    def location(self) -> Path | str:
+        """What `open_database` opens: the PostgreSQL URL when there is one, else the SQLite file."""
+        return self.url.get_secret_value() if self.url is not None else self.path
+
+    def shown(self) -> str:
+        """The location as logs may show it: a URL without its credentials."""
+        return redact(self.url.get_secret_value()) if self.url is not None else str(self.path)
 
 
 class SchedulerSettings(Section):
@@ -213,6 +274,9 @@ class WebhookSettings(Section):
     # A diagnosis that could not run (Prometheus down) is tried again this many times in all.
     max_attempts: Annotated[int, Field(ge=1, le=100)] = 5
     retry_after: Duration = timedelta(seconds=30)
+    # Replicas on one PostgreSQL: an alert state a replica claimed is its own for this long, renewed
+    # every third of it while it works; past it (the replica died) another replica takes it.
+    lease: Duration = timedelta(seconds=30)
 
 
 # What the API tokens guard, and the webhook's own credentials (falling back to the API tokens).
@@ -276,6 +340,80 @@ class TopologySettings(Section):
         return Topology(self.canary_label, self.canary_value, self.canary_pod_pattern)
 
 
+def _receiver_url(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"{url!r}: expected http(s)://host[:port][/path]")
+    if parts.username or parts.password:
+        raise ValueError("must not hold credentials: use the section's token setting")
+    return url
+
+
+class Language(StrEnum):
+    EN = "en"
+    ZH = "zh"
+
+
+class AlertmanagerSinkSettings(Section):
+    """Derived alerts: each firing finding as the alert DiagnosdRootCause, to every Alertmanager
+    listed (all of an HA cluster: each receives every post). No urls: off."""
+
+    urls: list[str] = []
+    # Active alerts are re-sent this often, valid for 4 times as long (Prometheus's resend delay).
+    resend_interval: Duration = timedelta(minutes=1)
+    timeout: Duration = timedelta(seconds=10)
+    bearer_token: SecretStr | None = None
+    # The language of the annotations (summary, evidence, remediation).
+    language: Language = Language.EN
+    # Updates waiting per Alertmanager while it is down; past this the oldest are dropped (counted).
+    queue_size: Annotated[int, Field(ge=1, le=1_000_000)] = 10_000
+
+    @field_validator("urls")
+    @classmethod
+    def _urls(cls, urls: list[str]) -> list[str]:
+        return [_receiver_url(url) for url in urls]
+
+    def config(self, external_url: str | None) -> AlertmanagerConfig:
+        return AlertmanagerConfig(
+            urls=tuple(self.urls),
+            resend_interval=self.resend_interval,
+            timeout=self.timeout.total_seconds(),
+            bearer_token=self.bearer_token.get_secret_value() if self.bearer_token else None,
+            queue_size=self.queue_size,
+            external_url=external_url,
+        )
+
+
+class GrafanaSinkSettings(Section):
+    """A region annotation per finding (opened when it fires, closed when it resolves). No url: off."""
+
+    url: str | None = None
+    # A service account token with the annotations:write permission (token_file: from a Secret).
+    token: SecretStr | None = None
+    # The dashboard the regions belong to; unset: organization-wide, found by the `diagnosd` tag.
+    dashboard_uid: str | None = None
+    timeout: Duration = timedelta(seconds=10)
+    language: Language = Language.EN
+    queue_size: Annotated[int, Field(ge=1, le=1_000_000)] = 10_000
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, url: str | None) -> str | None:
+        return None if url is None else _receiver_url(url)
+
+    def config(self, external_url: str | None) -> GrafanaConfig | None:
+        if self.url is None:
+            return None
+        return GrafanaConfig(
+            url=self.url,
+            token=self.token.get_secret_value() if self.token else None,
+            dashboard_uid=self.dashboard_uid,
+            timeout=self.timeout.total_seconds(),
+            queue_size=self.queue_size,
+            external_url=external_url,
+        )
+
+
 class MetricsSettings(Section):
     # At most this many diagnosd_root_cause/symptom_active/check_value series per scrape.
     max_series: Annotated[int, Field(ge=1)] = 10_000
@@ -301,6 +439,8 @@ class Settings(BaseSettings):
     auth: AuthSettings = AuthSettings()
     metrics: MetricsSettings = MetricsSettings()
     topology: TopologySettings = TopologySettings()
+    alertmanager: AlertmanagerSinkSettings = AlertmanagerSinkSettings()
+    grafana: GrafanaSinkSettings = GrafanaSinkSettings()
     rules_dir: Path | None = None
     log_level: LogLevel = LogLevel.INFO
     # symptom -> {param: value}: per-deployment overrides of tree params.

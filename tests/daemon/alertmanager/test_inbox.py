@@ -82,9 +82,10 @@ def job(n: int, symptom: str = "queue_backlog", status: str = "firing") -> Alert
 
 
 @pytest.fixture
-async def rig(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Rig]:
-    options: dict[str, Any] = getattr(request, "param", {})
-    database = open_database(tmp_path / "findings.db")
+async def rig(database_location: Path | str, request: pytest.FixtureRequest) -> AsyncIterator[Rig]:
+    # A copy: the same param serves every backend, and the options are popped.
+    options: dict[str, Any] = dict(getattr(request, "param", {}))
+    database = open_database(database_location)
     memory = DeliveryMemory(database)
     tracker = Tracker(Store(database))
     diagnoser = CountingDiagnoser(**options.pop("diagnoser", {}))

@@ -1,5 +1,6 @@
-"""The delivery memory on SQLite: what became of each alert state, kept across a restart, a re-send
-remembered from its last delivery, and retention that never forgets what is still queued."""
+"""The delivery memory on each backend (SQLite, PostgreSQL): what became of each alert state, kept
+across a restart, a re-send remembered from its last delivery, and retention that never forgets what
+is still queued."""
 
 from __future__ import annotations
 
@@ -17,8 +18,8 @@ KEY = ("abc", "firing", "2026-11-29T14:24:44+00:00")
 
 
 @pytest.fixture
-def memory(tmp_path: Path) -> Iterator[DeliveryMemory]:
-    database = open_database(tmp_path / "diagnosd.db")
+def memory(database_location: Path | str) -> Iterator[DeliveryMemory]:
+    database = open_database(database_location)
     yield DeliveryMemory(database)
     database.close()
 
@@ -57,11 +58,11 @@ def test_many_states_at_once_oldest_first(memory: DeliveryMemory) -> None:
     assert {r.key: r.request for r in queued[:2]} == {("b", "firing", "t"): {"n": 2}, ("a", "resolved", "t"): {"n": 1}}
 
 
-def test_a_restart_remembers(tmp_path: Path) -> None:
-    first = open_database(tmp_path / "diagnosd.db")
+def test_a_restart_remembers(database_location: Path | str) -> None:
+    first = open_database(database_location)
     DeliveryMemory(first).remember(KEY, {"x": 1}, "done", AT)
     first.close()
-    again = open_database(tmp_path / "diagnosd.db")
+    again = open_database(database_location)
     record = DeliveryMemory(again).alert(KEY)
     again.close()
     assert record is not None

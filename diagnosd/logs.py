@@ -1,0 +1,124 @@
+"""Repeated log lines aggregated: a flood of one warning (a refused delivery, an unreachable
+Prometheus) is one line and a count, not thousands of lines that bury everything else.
+
+`Aggregator` wraps a handler. The first WARNING (or worse) of a (logger, level, message template)
+goes through and opens a window; repeats within it are counted, not written; when the window
+closes (a timer; or the next record, or a flush, whichever comes first) one summary line says how
+many there were, with the latest of them. Windows are per template, so two floods interleaved are
+both bounded. INFO and DEBUG pass untouched: their volume is what the operator asked for (the
+access log writes a line per request on purpose).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+WINDOW = 60.0  # seconds
+Key = tuple[str, int, str]
+
+
+@dataclass
+class _Run:
+    started: float
+    repeats: int = 0
+    latest: logging.LogRecord | None = None
+
+
+class Aggregator(logging.Handler):
+    def __init__(
+        self,
+        target: logging.Handler,
+        window: float = WINDOW,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        timers: bool = True,
+    ) -> None:
+        """`timers`: close windows on time from a timer thread; without, only at the next record or
+        a flush (tests drive the clock)."""
+        super().__init__(target.level)
+        self.target = target
+        self.window = window
+        self._clock = clock
+        self._timers = timers
+        self._runs: dict[Key, _Run] = {}
+        self._timer: threading.Timer | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.levelno < logging.WARNING:
+            self.target.handle(record)
+            return
+        key = (record.name, record.levelno, str(record.msg))
+        with self._guard():
+            now = self._clock()
+            self._close_expired(now)
+            run = self._runs.get(key)
+            if run is not None:
+                run.repeats += 1
+                run.latest = record
+                return
+            self._runs[key] = _Run(now)
+            self._arm()
+        self.target.handle(record)
+
+    def flush(self) -> None:
+        """Close every window now (a summary for each with repeats), then flush the target."""
+        with self._guard():
+            runs, self._runs = self._runs, {}
+            now = self._clock()
+        for run in runs.values():
+            self._summarise(run, now)
+        self.target.flush()
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self.flush()
+        super().close()
+
+    def _close_expired(self, now: float) -> None:
+        for key, run in list(self._runs.items()):
+            if now - run.started >= self.window:
+                del self._runs[key]
+                self._summarise(run, now)
+
+    def _summarise(self, run: _Run, now: float) -> None:
+        if run.latest is None:
+            return
+        latest = run.latest
+        seconds = min(now - run.started, self.window)
+        summary = logging.makeLogRecord(
+            {
+                "name": latest.name,
+                "levelno": latest.levelno,
+                "levelname": latest.levelname,
+                "msg": "%s (repeated %d times in the last %s)",
+                "args": (latest.getMessage(), run.repeats, f"{seconds:.0f}s" if seconds >= 1 else f"{seconds:.2f}s"),
+            }
+        )
+        self.target.handle(summary)
+
+    def _arm(self) -> None:
+        """One timer at a time, for the earliest window to close."""
+        if not self._timers or (self._timer is not None and self._timer.is_alive()):
+            return
+        earliest = min(run.started for run in self._runs.values())
+        delay = max(earliest + self.window - self._clock(), 0.0)
+        self._timer = threading.Timer(delay, self._tick)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _tick(self) -> None:
+        with self._guard():
+            self._close_expired(self._clock())
+            self._timer = None
+            if self._runs:
+                self._arm()
+
+    def _guard(self) -> threading.RLock:
+        # Reentrant (logging.Handler.createLock makes an RLock): emit runs with it already held.
+        assert self.lock is not None
+        return self.lock

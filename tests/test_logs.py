@@ -1,0 +1,140 @@
+"""Repeated log lines aggregated (diagnosd/logs.py): the first of a template goes through, repeats
+within the window are counted, and one summary line says how many there were. The clock is
+injected and timers are off: windows close at the next record or a flush, never by waiting."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from diagnosd.logs import Aggregator
+
+
+class Ticks:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Lines(logging.Handler):
+    """What would have been written: every record that reached the real handler, formatted."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: list[str] = []
+        self.summarised = threading.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(f"{record.levelname} {record.name}: {record.getMessage()}")
+        if "repeated" in record.getMessage():
+            self.summarised.set()
+
+
+@pytest.fixture
+def ticks() -> Ticks:
+    return Ticks()
+
+
+@pytest.fixture
+def lines() -> Lines:
+    return Lines()
+
+
+@pytest.fixture
+def log(ticks: Ticks, lines: Lines) -> Iterator[logging.Logger]:
+    logger = logging.getLogger("diagnosd.test.flood")
+    logger.propagate = False
+    logger.setLevel(logging.DEBUG)
+    handler = Aggregator(lines, window=60, clock=ticks, timers=False)
+    logger.addHandler(handler)
+    yield logger
+    logger.removeHandler(handler)
+    handler.close()
+
+
+def test_a_flood_of_one_warning_is_two_lines_and_the_summary_counts_the_rest(
+    log: logging.Logger, lines: Lines, ticks: Ticks
+) -> None:
+    for n in range(5000):
+        log.warning("delivery %d refused: queue full", n)
+        ticks.now += 0.01  # 50 s in all, within one window
+    for handler in log.handlers:
+        handler.flush()
+    assert lines.lines == [
+        "WARNING diagnosd.test.flood: delivery 0 refused: queue full",
+        "WARNING diagnosd.test.flood: delivery 4999 refused: queue full (repeated 4999 times in the last 50s)",
+    ]
+
+
+def test_the_window_closing_writes_the_summary_before_the_next_occurrence(
+    log: logging.Logger, lines: Lines, ticks: Ticks
+) -> None:
+    for _ in range(3):
+        for _ in range(100):
+            log.warning("cannot reach Prometheus")
+        ticks.now += 61  # each batch in a window of its own
+    assert lines.lines == [
+        "WARNING diagnosd.test.flood: cannot reach Prometheus",
+        "WARNING diagnosd.test.flood: cannot reach Prometheus (repeated 99 times in the last 60s)",
+        "WARNING diagnosd.test.flood: cannot reach Prometheus",
+        "WARNING diagnosd.test.flood: cannot reach Prometheus (repeated 99 times in the last 60s)",
+        "WARNING diagnosd.test.flood: cannot reach Prometheus",
+    ]
+
+
+def test_two_floods_interleaved_are_both_bounded_and_levels_are_apart(
+    log: logging.Logger, lines: Lines, ticks: Ticks
+) -> None:
+    for n in range(1000):
+        log.warning("alert %d: could not diagnose", n)
+        log.error("round %d failed", n)
+        log.warning("alert %d: could not diagnose", n)
+    log.error("alert %d: could not diagnose", 7)  # same template, another level: its own line
+    ticks.now += 60
+    log.warning("something else")  # closes both windows
+    assert lines.lines == [
+        "WARNING diagnosd.test.flood: alert 0: could not diagnose",
+        "ERROR diagnosd.test.flood: round 0 failed",
+        "ERROR diagnosd.test.flood: alert 7: could not diagnose",
+        "WARNING diagnosd.test.flood: alert 999: could not diagnose (repeated 1999 times in the last 60s)",
+        "ERROR diagnosd.test.flood: round 999 failed (repeated 999 times in the last 60s)",
+        "WARNING diagnosd.test.flood: something else",
+    ]
+
+
+def test_info_and_debug_pass_untouched(log: logging.Logger, lines: Lines) -> None:
+    for _ in range(50):
+        log.info('127.0.0.1 - "POST /webhook/alertmanager HTTP/1.1" 503')
+        log.debug("asked")
+    assert len(lines.lines) == 100
+
+
+def test_a_single_occurrence_has_no_summary(log: logging.Logger, lines: Lines, ticks: Ticks) -> None:
+    log.warning("once")
+    ticks.now += 120
+    log.warning("once")
+    for handler in log.handlers:
+        handler.flush()
+    assert lines.lines == ["WARNING diagnosd.test.flood: once", "WARNING diagnosd.test.flood: once"]
+
+
+def test_a_window_closes_on_time_when_nothing_else_is_logged(lines: Lines) -> None:
+    handler = Aggregator(lines, window=0.05)  # the real clock and the timer thread
+    logger = logging.getLogger("diagnosd.test.timer")
+    logger.propagate = False
+    logger.addHandler(handler)
+    try:
+        for _ in range(10):
+            logger.warning("store locked")
+        assert lines.summarised.wait(timeout=10)
+    finally:
+        logger.removeHandler(handler)
+        handler.close()
+    first, summary = lines.lines
+    assert first == "WARNING diagnosd.test.timer: store locked"
+    assert summary.startswith("WARNING diagnosd.test.timer: store locked (repeated 9 times in the last 0.0")
