@@ -87,7 +87,9 @@ def settings(prometheus_url: str, tmp_path: Path, **sections: Any) -> Settings:
         "rules_dir": str(RULES),
         "scheduler": {"enabled": False},
         "findings": {"for": "0s"},
-        "webhook": {"alertname_map": {"VLLMQueueBacklog": "queue_backlog"}},
+        # No coalescing window unless a test asks for one: every delivery would wait out the
+        # default 2 s before its diagnosis (tests/daemon/alertmanager covers the window).
+        "webhook": {"alertname_map": {"VLLMQueueBacklog": "queue_backlog"}, "coalesce_window": "0s"},
     }
     for name, section in sections.items():
         data[name] = {**data.get(name, {}), **section} if isinstance(section, Mapping) else section
@@ -160,14 +162,16 @@ def alertmanager(workdir: Path, webhook_url: str, http_config: Mapping[str, Any]
 
 
 @contextmanager
-def run_alertmanager(workdir: Path, config: Mapping[str, Any]) -> Iterator[str]:
-    """A real Alertmanager 0.25 on loopback (no cluster gossip, fresh storage); yields its URL."""
+def run_alertmanager(workdir: Path, config: Mapping[str, Any], port: int | None = None) -> Iterator[str]:
+    """A real Alertmanager 0.25 on loopback (no cluster gossip, fresh storage); yields its URL.
+
+    `port`: a port chosen beforehand (a client told the URL before Alertmanager is up)."""
     binary = shutil.which("prometheus-alertmanager")
     if binary is None:
         raise RuntimeError("prometheus-alertmanager not found (Debian: apt-get install prometheus-alertmanager)")
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / "alertmanager.yml").write_text(yaml.safe_dump(dict(config)))
-    port = free_port()
+    port = port or free_port()
     url = f"http://127.0.0.1:{port}"
     log = (workdir / "alertmanager.log").open("wb")
     process = subprocess.Popen(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -13,7 +14,9 @@ from typing import Any
 from diagnosd.cli.exits import EXIT_OK, EXIT_RULES
 from diagnosd.cli.options import config, prometheus_options, prometheus_url, rules_dir
 from diagnosd.daemon import compose
+from diagnosd.daemon.settings.loader import load_settings
 from diagnosd.engine import coverage as engine_coverage
+from diagnosd.errors import UsageError
 from diagnosd.generate import alertrules, catalogdoc
 
 
@@ -29,6 +32,18 @@ def register(commands: Any) -> None:
     )
     test.add_argument("--prometheus-binary", default="prometheus", metavar="PATH", help="the Prometheus to run")
     test.add_argument("--promtool-binary", default="promtool", metavar="PATH", help="the promtool to run")
+    test.add_argument(
+        "--backend",
+        choices=("prometheus", "victoriametrics"),
+        default="prometheus",
+        help="the store the series are loaded into and queried from (default: prometheus)",
+    )
+    test.add_argument(
+        "--victoria-metrics-binary",
+        default="victoria-metrics",
+        metavar="PATH",
+        help="the single-node VictoriaMetrics to run with --backend victoriametrics",
+    )
     coverage = rules_commands.add_parser("coverage", help="which checks can run on this Prometheus, what is missing")
     rules_dir(coverage)
     prometheus_url(coverage)
@@ -42,6 +57,19 @@ def register(commands: Any) -> None:
     alerts.add_argument("--out", type=Path, metavar="FILE", help="file to write (default: standard output)")
     alerts.add_argument(
         "--for", dest="hold", default="5m", metavar="DURATION", help="how long a condition holds before it fires"
+    )
+    alerts.add_argument(
+        "--config",
+        type=Path,
+        metavar="FILE",
+        help="the daemon's settings file (with DIAGNOSD_* variables, as serve reads them): its params apply",
+    )
+    alerts.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="SYMPTOM.NAME=VALUE",
+        help="a tree param override, over those of --config (repeatable), e.g. queue_backlog.waiting=20",
     )
     catalog = rules_commands.add_parser("catalog", help="write docs/catalog.md from the rules")
     rules_dir(catalog)
@@ -57,11 +85,10 @@ def rules_command(args: argparse.Namespace) -> int:
         print(f"{directory}: {count} trees valid")
         return EXIT_OK
     if args.rules_command in ("catalog", "alerts"):
-        rules = compose.load(directory)
         if args.rules_command == "catalog":
-            text = catalogdoc.render(rules.ruleset)
+            text = catalogdoc.render(compose.load(directory).ruleset)
         else:
-            text = alertrules.rule_file(list(rules.ruleset.trees.values()), rules.ruleset.aliases, args.hold)
+            text = alerts(args, directory)
         if args.out:
             args.out.write_text(text, encoding="utf-8")
         else:
@@ -72,6 +99,30 @@ def rules_command(args: argparse.Namespace) -> int:
     from diagnosd.rulestest.runner import run_tests
 
     return EXIT_OK if run_tests(directory, args) else EXIT_RULES
+
+
+def alerts(args: argparse.Namespace, directory: Path) -> str:
+    """The rule file with the thresholds the daemon judges by: the settings' params, then --param."""
+    params: dict[str, dict[str, float | str]] = {}
+    if args.config is None:
+        rules = compose.load(directory)
+    else:
+        explicit = args.dir or args.rules
+        settings = load_settings(args.config, os.environ, {("rules_dir",): str(explicit)} if explicit else {})
+        rules = compose.build(settings).rules  # its params checked against the trees, as serve does
+        params = {symptom: dict(by) for symptom, by in settings.params.items()}
+    for item in args.param:
+        symptom, name, value = _param(item)
+        params.setdefault(symptom, {})[name] = value
+    return alertrules.rule_file(list(rules.ruleset.trees.values()), rules.ruleset.aliases, args.hold, params)
+
+
+def _param(item: str) -> tuple[str, str, str]:
+    key, sep, value = item.partition("=")
+    symptom, dot, name = key.partition(".")
+    if not (sep and dot and symptom and name and value):
+        raise UsageError("--param", f"{item!r} is not SYMPTOM.NAME=VALUE")
+    return symptom, name, value
 
 
 async def coverage(rules: compose.Rules, args: argparse.Namespace) -> int:

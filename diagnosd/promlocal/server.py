@@ -62,7 +62,6 @@ class LocalPrometheus:
             body["global"] = {**body["global"], "query_log_file": str(self.query_log)}  # type: ignore[dict-item]
         config.write_text(yaml.safe_dump(body))
         self.port = self.port or free_port()
-        log = (self.workdir / "prometheus.log").open("wb")
         command = [
             executable(self.binary),
             f"--config.file={config}",
@@ -73,6 +72,7 @@ class LocalPrometheus:
             f"--web.external-url=http://127.0.0.1:{self.port}",
             *self.extra_args,
         ]
+        log = (self.workdir / "prometheus.log").open("wb")  # after the binary is found: no open file left behind
         self._process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
         log.close()
         self._wait_ready(timeout)
@@ -83,7 +83,7 @@ class LocalPrometheus:
             if self._process is not None and self._process.poll() is not None:
                 tail = (self.workdir / "prometheus.log").read_text(errors="replace")[-2000:]
                 raise ServerError(f"prometheus exited with {self._process.returncode}:\n{tail}")
-            if _ready(f"{self.url}/-/ready"):
+            if ready(f"{self.url}/-/ready"):
                 return
             time.sleep(0.05)
         self.stop()
@@ -106,7 +106,8 @@ def stop(process: subprocess.Popen[bytes]) -> None:
         process.wait(timeout=10)
 
 
-def _ready(url: str) -> bool:
+def ready(url: str) -> bool:
+    """Whether `url` answers 200 within a second: a local server's readiness probe."""
     try:
         with urllib.request.urlopen(url, timeout=1.0) as response:
             return bool(response.status == 200)
@@ -114,9 +115,9 @@ def _ready(url: str) -> bool:
         return False
 
 
-def executable(name: str) -> str:
+def executable(name: str, package: str = "prometheus") -> str:
     """`name` resolved on PATH; a ServerError naming the Debian package when it is not there."""
     found = shutil.which(name)
     if found is None:
-        raise ServerError(f"{name!r} not found on PATH (Debian: apt-get install prometheus)")
+        raise ServerError(f"{name!r} not found on PATH (Debian: apt-get install {package})")
     return found

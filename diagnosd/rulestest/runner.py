@@ -1,7 +1,9 @@
-"""`diagnosd rules test`: every tree's series tests, backfilled into one TSDB, answered by one real Prometheus.
+"""`diagnosd rules test`: every tree's series tests, loaded into one store, answered by one real
+Prometheus (backfilled) or VictoriaMetrics (imported).
 
 Each test's series carry an isolation label (`diagnosd_test`) that the runner also adds to the
-scope, so all tests share one time frame without seeing each other.
+scope, so all tests share one time frame without seeing each other. On a store other than
+Prometheus, the cases listed as known differences (`differences.py`) must differ, and only they.
 """
 
 from __future__ import annotations
@@ -24,10 +26,10 @@ from diagnosd.engine import Scope
 from diagnosd.errors import DiagnosdError, NotationError
 from diagnosd.findings.lifecycle import Trigger
 from diagnosd.findings.model import Diagnosis, Evidence, TargetDiagnosis
-from diagnosd.promlocal import LocalPrometheus, backfill
-from diagnosd.promlocal.openmetrics import Series, write
-from diagnosd.rulestest import notation
+from diagnosd.promlocal.openmetrics import Series
+from diagnosd.rulestest import differences, notation
 from diagnosd.rulestest.spec import Case, Expectation, TestFile
+from diagnosd.rulestest.stores import Backend, Binaries, serving
 from diagnosd.sources import PrometheusConfig
 from diagnosd.trees import promql
 from diagnosd.trees.model import Tree
@@ -42,6 +44,9 @@ class CaseResult:
     tree: str
     name: str
     failures: list[str] = field(default_factory=list)
+    # A known difference of the store: why the case answers otherwise there, and how it did.
+    differs: str | None = None
+    differences: list[str] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
@@ -57,19 +62,38 @@ class Loaded:
 
 
 def run_tests(directory: Path, args: argparse.Namespace) -> bool:
-    results = collect(directory, args.only, args.prometheus_binary, args.promtool_binary)
+    backend = Backend(getattr(args, "backend", Backend.PROMETHEUS))
+    binaries = Binaries(
+        args.prometheus_binary, args.promtool_binary, getattr(args, "victoria_metrics_binary", "victoria-metrics")
+    )
+    results = collect(directory, args.only, backend=backend, binaries=binaries)
     for result in results:
-        print(f"{'ok  ' if result.passed else 'FAIL'} {result.tree}: {result.name}")
-        for failure in result.failures:
-            print(f"       {failure}")
+        mark = "ok  " if result.passed else "FAIL"
+        if result.passed and result.differs is not None:
+            mark = "diff"
+        print(f"{mark} {result.tree}: {result.name}")
+        if result.differs is not None:
+            print(f"       known difference on {backend}: {result.differs}")
+        for line in (*result.differences, *result.failures):
+            print(f"       {line}")
     failed = sum(not r.passed for r in results)
-    print(f"rules test: {len(results) - failed} passed, {failed} failed")
+    where = "" if backend is Backend.PROMETHEUS else f" on {backend}"
+    known = sum(r.passed and r.differs is not None for r in results)
+    differing = f" ({known} known differences)" if where else ""
+    print(f"rules test{where}: {len(results) - failed} passed{differing}, {failed} failed")
     return failed == 0 and bool(results)
 
 
 def collect(
-    directory: Path, only: Sequence[str] = (), prometheus: str = "prometheus", promtool: str = "promtool"
+    directory: Path,
+    only: Sequence[str] = (),
+    prometheus: str = "prometheus",
+    promtool: str = "promtool",
+    *,
+    backend: Backend = Backend.PROMETHEUS,
+    binaries: Binaries | None = None,
 ) -> list[CaseResult]:
+    binaries = (binaries or Binaries(prometheus, promtool)).check(backend)
     rules = compose.load(directory)
     trees = [t for t in rules.ruleset.trees.values() if not only or t.id in only]
     results: list[CaseResult] = []
@@ -82,14 +106,31 @@ def collect(
     if not loaded:
         return results
     with tempfile.TemporaryDirectory(prefix="diagnosd-rules-test-") as tmp:
-        work = Path(tmp)
         series, problems = _series(loaded)
         results.extend(problems)
-        with (work / "series.om").open("w") as out:
-            write(out, series)
-        backfill(work / "series.om", work / "tsdb", promtool)
-        with LocalPrometheus(work, tsdb=work / "tsdb", binary=prometheus) as prom:
-            results.extend(asyncio.run(_evaluate(prom.url, rules, loaded)))
+        with serving(backend, series, Path(tmp), binaries) as url:
+            results.extend(asyncio.run(_evaluate(url, rules, loaded)))
+    return judge(results, differences.KNOWN.get(backend, {}), {t.id for t in trees}, backend)
+
+
+def judge(
+    results: list[CaseResult], known: Mapping[tuple[str, str], str], trees: set[str], backend: Backend
+) -> list[CaseResult]:
+    """Each listed case must differ (its diff kept, the case passing); a listed case that passes, or
+    that no longer exists, fails: the list says what is true of the store, not what once was."""
+    seen = {(r.tree, r.name) for r in results}
+    for result in results:
+        reason = known.get((result.tree, result.name))
+        if reason is None:
+            continue
+        if result.passed:
+            result.failures.append(f"listed as a known difference on {backend} ({reason}), but it passes: unlist it")
+        else:
+            result.differs, result.differences, result.failures = reason, result.failures, []
+    gone = [key for key in known if key[0] in trees and key not in seen]
+    results.extend(
+        CaseResult(tree, name, [f"listed as a known difference on {backend}, no such case"]) for tree, name in gone
+    )
     return results
 
 

@@ -10,17 +10,21 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime
+from enum import StrEnum
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.metrics_core import Metric
 
-from diagnosd.errors import QueryRejected, SourceError, SourceTimeout, SourceUnavailable
+from diagnosd.errors import DeadlineExceeded, QueryRejected, SourceError, SourceTimeout, SourceUnavailable
 from diagnosd.findings.lifecycle import Finding, State
 from diagnosd.findings.target import TargetState
+from diagnosd.sources.circuit import State as CircuitState
 
 ROOT_CAUSE = "diagnosd_root_cause"
 SYMPTOM_ACTIVE = "diagnosd_symptom_active"
 CHECK_VALUE = "diagnosd_check_value"
+# The value of diagnosd_prometheus_circuit_state: worse is higher, so max() over replicas reads right.
+CIRCUIT_LEVELS = {CircuitState.CLOSED: 0, CircuitState.HALF_OPEN: 1, CircuitState.OPEN: 2}
 
 
 class Metrics:
@@ -40,11 +44,23 @@ class Metrics:
         self.query_seconds = Histogram(
             "diagnosd_prometheus_query_duration_seconds", "Prometheus API call latency", ["endpoint"], registry=r
         )
+        self.circuit = Gauge(
+            "diagnosd_prometheus_circuit_state",
+            "The circuit around Prometheus: 0 closed (queries go), 1 half-open (one probe goes), 2 open (none go)",
+            registry=r,
+        )
+        self.circuit_openings = Counter(
+            "diagnosd_prometheus_circuit_opened", "Times the circuit around Prometheus opened", registry=r
+        )
         self.deliveries = Counter(
             "diagnosd_webhook_deliveries", "Alertmanager webhook deliveries", ["outcome"], registry=r
         )
         self.alerts = Counter("diagnosd_webhook_alerts", "Alerts in webhook deliveries", ["outcome"], registry=r)
         self.queue_length = Gauge("diagnosd_alert_queue_length", "Alert jobs waiting for a worker", registry=r)
+        # Exported so an alert can say "near full" whatever webhook.queue_size the deployment set.
+        self.queue_capacity = Gauge(
+            "diagnosd_alert_queue_capacity", "Alert jobs the queue holds before answering 503", registry=r
+        )
         self.rounds = Counter("diagnosd_rounds", "Scheduler rounds", ["outcome"], registry=r)
         self.round_seconds = Histogram(
             "diagnosd_round_duration_seconds",
@@ -56,7 +72,25 @@ class Metrics:
             "diagnosd_last_successful_round_timestamp_seconds", "When the last successful round ended", registry=r
         )
         self.trees = Gauge("diagnosd_trees_loaded", "Troubleshooting trees loaded", registry=r)
+        # Per tree, like Prometheus's per-rule-group evaluation metrics: which tree cannot look.
+        self.tree_last_success = Gauge(
+            "diagnosd_tree_last_success_timestamp_seconds",
+            "When a diagnosis of the tree last completed with every query answered",
+            ["symptom"],
+            registry=r,
+        )
+        self.tree_errors = Counter(
+            "diagnosd_tree_errors",
+            "Diagnoses of the tree that met query errors, once per kind of error met",
+            ["symptom", "reason"],
+            registry=r,
+        )
         self.transitions = Counter("diagnosd_finding_transitions", "Findings entering a state", ["state"], registry=r)
+        # outcome: sent, failed (tried again later), rejected (refused for good), dropped (a full queue
+        # let go of its oldest finding: counted per finding, not per post).
+        self.sink_posts = Counter(
+            "diagnosd_sink_posts", "Posts of findings to Alertmanager and Grafana", ["sink", "outcome"], registry=r
+        )
         # Exported by the findings collector itself, so a scrape reports its own drops.
         self.dropped = Counter(
             "diagnosd_exported_series_dropped", "Finding series not exported: over metrics.max_series", registry=None
@@ -67,14 +101,20 @@ class Metrics:
             self.queries,
             self.query_errors,
             self.query_seconds,
+            self.circuit,
+            self.circuit_openings,
             self.deliveries,
             self.alerts,
             self.queue_length,
+            self.queue_capacity,
             self.rounds,
             self.round_seconds,
             self.last_round,
             self.trees,
+            self.tree_last_success,
+            self.tree_errors,
             self.transitions,
+            self.sink_posts,
         ]
 
     def query(self, endpoint: str, seconds: float, error: SourceError | None) -> None:
@@ -83,11 +123,37 @@ class Metrics:
         if error is not None:
             self.query_errors.labels(endpoint, error_kind(error)).inc()
 
+    def circuit_state(self, state: CircuitState) -> None:
+        self.circuit.set(CIRCUIT_LEVELS[state])
+
+    def circuit_opened(self) -> None:
+        self.circuit_openings.inc()
+
     def transition(self, state: State) -> None:
         self.transitions.labels(str(state)).inc()
 
+    def sink_post(self, sink: str, outcome: str, count: int = 1) -> None:
+        self.sink_posts.labels(sink, outcome).inc(count)
+
     def round_succeeded(self, at: datetime) -> None:
         self.last_round.set(at.timestamp())
+
+    def trees_loaded(self, symptoms: Iterable[str]) -> None:
+        """Every tree's series from the start, so a tree never diagnosed or never failing reads 0
+        rather than absent (an alert on absent series cannot tell "fine" from "not exported")."""
+        for symptom in symptoms:
+            self.tree_last_success.labels(symptom)
+            for reason in ErrorKind:
+                self.tree_errors.labels(symptom, reason)
+
+    def tree_succeeded(self, symptom: str, at: datetime) -> None:
+        """A diagnosis of the tree completed with every query answered."""
+        self.tree_last_success.labels(symptom).set(at.timestamp())
+
+    def tree_failed(self, symptom: str, errors: Iterable[SourceError]) -> None:
+        """A diagnosis of the tree met these query errors: each kind counts once."""
+        for kind in sorted({error_kind(error) for error in errors}):
+            self.tree_errors.labels(symptom, kind).inc()
 
     def attach(self, collector: FindingsCollector) -> None:
         self.registry.register(collector)
@@ -100,14 +166,26 @@ class Metrics:
         self._collectors.clear()
 
 
-def error_kind(error: SourceError) -> str:
+class ErrorKind(StrEnum):
+    """The closed set of `error`/`reason` label values: one per SourceError kind, never free text."""
+
+    UNAVAILABLE = "unavailable"
+    TIMEOUT = "timeout"
+    DEADLINE = "deadline"
+    REJECTED = "rejected"
+    PROTOCOL = "protocol"
+
+
+def error_kind(error: SourceError) -> ErrorKind:
     if isinstance(error, SourceUnavailable):
-        return "unavailable"
+        return ErrorKind.UNAVAILABLE
+    if isinstance(error, DeadlineExceeded):  # before its base, SourceTimeout
+        return ErrorKind.DEADLINE
     if isinstance(error, SourceTimeout):
-        return "timeout"
+        return ErrorKind.TIMEOUT
     if isinstance(error, QueryRejected):
-        return "rejected"
-    return "protocol"
+        return ErrorKind.REJECTED
+    return ErrorKind.PROTOCOL
 
 
 class FindingsCollector:

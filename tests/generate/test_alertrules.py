@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import time
 import urllib.request
@@ -10,8 +11,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+import yaml
 
+from diagnosd.cli.exits import EXIT_OK, EXIT_USAGE
+from diagnosd.cli.main import main
 from diagnosd.daemon import compose
+from diagnosd.errors import ParamError, UnknownSymptom
 from diagnosd.generate.alertrules import expression, rule_file
 from diagnosd.promlocal.openmetrics import Series
 from tests.conftest import REPO, RULES, StartPrometheus
@@ -105,3 +110,93 @@ def test_a_sustained_detect_alerts_on_its_quantile() -> None:
     assert expr.startswith("(quantile_over_time(0.2, ")
     assert "[5m:1m]" in expr
     assert "min_over_time" not in expr
+
+
+def alerts_of(text: str) -> dict[str, str]:
+    (group,) = yaml.safe_load(text)["groups"]
+    return {rule["labels"]["symptom"]: rule["expr"] for rule in group["rules"]}
+
+
+def promtool_check(path: Path) -> None:
+    done = subprocess.run(["promtool", "check", "rules", str(path)], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_param_overrides_change_the_threshold_and_promtool_still_accepts(tmp_path: Path) -> None:
+    rules = compose.load(RULES)
+    trees = list(rules.ruleset.trees.values())
+    params: dict[str, dict[str, float | str]] = {
+        "queue_backlog": {"queue_limit": "25", "sustain": "10m", "sustain_share": 0.9}
+    }
+    path = tmp_path / "alerts.yml"
+    path.write_text(rule_file(trees, rules.ruleset.aliases, params=params))
+    default = alerts_of(rule_file(trees, rules.ruleset.aliases))
+    changed = alerts_of(path.read_text())
+    promtool_check(path)
+    assert default["queue_backlog"].startswith("(quantile_over_time(0.2, ")
+    assert default["queue_backlog"].endswith("[5m:1m])) > 10")
+    assert changed["queue_backlog"].startswith("(quantile_over_time(0.1, ")
+    assert changed["queue_backlog"].endswith("[10m:1m])) > 25")
+    assert changed["ttft_high"] == default["ttft_high"]  # a tree without overrides keeps its defaults
+    assert "# Params overridden: queue_backlog.queue_limit=25, queue_backlog.sustain=10m" in path.read_text()
+
+
+@pytest.mark.parametrize(
+    ("params", "error", "named"),
+    [
+        ({"queue_backlgo": {"waiting": 25}}, UnknownSymptom, "unknown symptom 'queue_backlgo'"),
+        ({"queue_backlog": {"waitng": 25}}, ParamError, "param queue_backlog.waitng: no such param"),
+        ({"queue_backlog": {"window": "often"}}, ParamError, "param queue_backlog.window: 'often' is not a duration"),
+    ],
+)
+def test_an_override_that_does_not_fit_is_an_error_naming_it(
+    params: dict[str, dict[str, float | str]], error: type[Exception], named: str
+) -> None:
+    rules = compose.load(FIXTURE)
+    with pytest.raises(error, match=re.escape(named)):
+        rule_file(list(rules.ruleset.trees.values()), rules.ruleset.aliases, params=params)
+
+
+def test_the_command_reads_the_daemons_settings_file_then_param_flags(tmp_path: Path) -> None:
+    config = tmp_path / "diagnosd.yml"
+    settings = {
+        "prometheus": {"url": "http://prometheus:9090"},
+        "params": {"queue_backlog": {"waiting": 25, "window": "10m"}},
+    }
+    config.write_text(yaml.safe_dump(settings))
+    out = tmp_path / "alerts.yml"
+    command = ["rules", "alerts", str(FIXTURE), "--config", str(config), "--out", str(out)]
+    assert main(command) == EXIT_OK
+    from_file = alerts_of(out.read_text())["queue_backlog"]
+    assert main([*command, "--param", "queue_backlog.waiting=40"]) == EXIT_OK
+    promtool_check(out)
+    assert "[10m]" in from_file
+    assert from_file.endswith(" > 25")
+    assert alerts_of(out.read_text())["queue_backlog"].endswith(" > 40")  # the flag over the file
+
+
+@pytest.mark.parametrize(
+    ("extra", "named"),
+    [
+        (["--param", "queue_backlog.waitng=25"], "param queue_backlog.waitng: no such param"),
+        (["--param", "queue_backlgo.waiting=25"], "unknown symptom 'queue_backlgo'"),
+        (["--param", "waiting=25"], "--param: 'waiting=25' is not SYMPTOM.NAME=VALUE"),
+    ],
+)
+def test_the_command_refuses_an_override_naming_it(
+    extra: list[str], named: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "alerts.yml"
+    assert main(["rules", "alerts", str(FIXTURE), "--out", str(out), *extra]) == EXIT_USAGE
+    assert named in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_a_settings_file_naming_an_unknown_tree_is_refused_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "diagnosd.yml"
+    settings = {"prometheus": {"url": "http://prometheus:9090"}, "params": {"queue_backlgo": {"waiting": 1}}}
+    config.write_text(yaml.safe_dump(settings))
+    assert main(["rules", "alerts", str(FIXTURE), "--config", str(config)]) == EXIT_USAGE
+    assert "params.queue_backlgo" in capsys.readouterr().err

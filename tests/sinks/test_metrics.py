@@ -5,12 +5,21 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from diagnosd.errors import (
+    DeadlineExceeded,
+    QueryRejected,
+    SourceError,
+    SourceProtocolError,
+    SourceTimeout,
+    SourceUnavailable,
+)
 from diagnosd.findings.lifecycle import Finding, Phase, State, Trigger
 from diagnosd.findings.target import TargetState
-from diagnosd.sinks.metrics import FindingsCollector, Metrics
+from diagnosd.sinks.metrics import ErrorKind, FindingsCollector, Metrics, error_kind
 from tests.findings.builders import AT, cause
 
 
@@ -122,3 +131,40 @@ def test_self_metrics_have_their_names_and_close_unregisters() -> None:
     metrics.close()
     assert generate_latest(registry) == b""
     Metrics(registry)  # the registry takes a new set: a restarted app in the same process
+
+
+@pytest.mark.parametrize(
+    ("error", "reason"),
+    [
+        (SourceUnavailable("connection refused", url="u"), "unavailable"),
+        (SourceTimeout("no answer within 10s", url="u"), "timeout"),
+        (DeadlineExceeded("no answer within the diagnosis deadline of 2s", url="u"), "deadline"),
+        (QueryRejected("bad_data: parse error", url="u"), "rejected"),
+        (SourceProtocolError("not JSON", url="u"), "protocol"),
+    ],
+)
+def test_each_source_error_kind_has_its_one_reason(error: SourceError, reason: str) -> None:
+    assert error_kind(error) == reason
+    assert {str(kind) for kind in ErrorKind} == {"unavailable", "timeout", "deadline", "rejected", "protocol"}
+
+
+def test_per_tree_series_exist_from_the_start_and_count_each_kind_once_per_diagnosis() -> None:
+    registry = CollectorRegistry()
+    metrics = Metrics(registry)
+    metrics.trees_loaded(["queue_backlog", "kv_hit_low"])
+    before = scrape(registry)
+    metrics.tree_succeeded("queue_backlog", AT)
+    metrics.tree_failed("kv_hit_low", [SourceTimeout("t", url="u"), SourceTimeout("t", url="u")])
+    after = scrape(registry)
+    assert sorted(before["diagnosd_tree_last_success_timestamp_seconds"], key=str) == [
+        ({"symptom": "kv_hit_low"}, 0.0),
+        ({"symptom": "queue_backlog"}, 0.0),
+    ]
+    assert len(before["diagnosd_tree_errors_total"]) == 2 * len(ErrorKind)
+    assert {value for _, value in before["diagnosd_tree_errors_total"]} == {0.0}
+    assert dict((s["symptom"], v) for s, v in after["diagnosd_tree_last_success_timestamp_seconds"]) == {
+        "queue_backlog": AT.timestamp(),
+        "kv_hit_low": 0.0,
+    }
+    counted = {(s["symptom"], s["reason"]): v for s, v in after["diagnosd_tree_errors_total"] if v}
+    assert counted == {("kv_hit_low", "timeout"): 1.0}

@@ -36,6 +36,11 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end -}}
 {{- end -}}
 
+{{/* Whether the store is PostgreSQL (a store-url in the Secret): "true" or "". */}}
+{{- define "diagnosd.postgres" -}}
+{{- if has "store-url" (include "diagnosd.secretKeys" . | fromJsonArray) -}}true{{- end -}}
+{{- end -}}
+
 {{/* The Secret the pod reads: the existing one, or the chart's. */}}
 {{- define "diagnosd.secretName" -}}
 {{- default (include "diagnosd.fullname" .) .Values.secrets.existingSecret -}}
@@ -48,7 +53,7 @@ existing one, secrets.existingSecretKeys (checked against the keys the chart kno
 {{- define "diagnosd.secretKeys" -}}
 {{- $keys := list -}}
 {{- if .Values.secrets.existingSecret -}}
-{{- $known := list "api-tokens" "webhook-tokens" "webhook-password" "prometheus-bearer-token" "prometheus-password" "scrape-token" -}}
+{{- $known := list "api-tokens" "webhook-tokens" "webhook-password" "prometheus-bearer-token" "prometheus-password" "alertmanager-bearer-token" "grafana-token" "store-url" "scrape-token" -}}
 {{- range .Values.secrets.existingSecretKeys -}}
 {{- if not (has . $known) -}}
 {{- fail (printf "secrets.existingSecretKeys: unknown key %q (known: %s)" . (join ", " $known)) -}}
@@ -61,6 +66,9 @@ existing one, secrets.existingSecretKeys (checked against the keys the chart kno
 {{- if .Values.secrets.webhookPassword -}}{{- $keys = append $keys "webhook-password" -}}{{- end -}}
 {{- if .Values.secrets.prometheusBearerToken -}}{{- $keys = append $keys "prometheus-bearer-token" -}}{{- end -}}
 {{- if .Values.secrets.prometheusPassword -}}{{- $keys = append $keys "prometheus-password" -}}{{- end -}}
+{{- if .Values.secrets.alertmanagerBearerToken -}}{{- $keys = append $keys "alertmanager-bearer-token" -}}{{- end -}}
+{{- if .Values.secrets.grafanaToken -}}{{- $keys = append $keys "grafana-token" -}}{{- end -}}
+{{- if .Values.secrets.storeUrl -}}{{- $keys = append $keys "store-url" -}}{{- end -}}
 {{- end -}}
 {{- toJson $keys -}}
 {{- end -}}
@@ -77,6 +85,15 @@ open; the webhook falls back to the API tokens); a token shorter than diagnosd a
 {{- $loopback := has .Values.listen.host (list "127.0.0.1" "localhost" "::1") -}}
 {{- if not (or $credential $loopback .Values.config.auth.allow_anonymous) -}}
 {{- fail "diagnosd refuses to serve off loopback without credentials: set secrets.apiTokens (e.g. --set \"secrets.apiTokens={$(openssl rand -hex 16)}\") or secrets.existingSecret, or config.auth.allow_anonymous=true if a proxy authenticates" -}}
+{{- end -}}
+{{- if and (gt (int .Values.replicaCount) 1) (not (has "store-url" $keys)) -}}
+{{- fail (printf "replicaCount=%d needs the PostgreSQL store: replicas cannot share a SQLite file. Set secrets.storeUrl (postgresql://user:password@host:5432/database), or list store-url in secrets.existingSecretKeys" (int .Values.replicaCount)) -}}
+{{- end -}}
+{{- if and .Values.podDisruptionBudget.enabled (ge (int .Values.podDisruptionBudget.minAvailable) (int .Values.replicaCount)) -}}
+{{- fail (printf "podDisruptionBudget.minAvailable=%d with replicaCount=%d: no drain could ever take a pod; set replicaCount above it" (int .Values.podDisruptionBudget.minAvailable) (int .Values.replicaCount)) -}}
+{{- end -}}
+{{- if and (has "store-url" $keys) .Values.persistence.enabled -}}
+{{- fail "persistence.enabled is for the SQLite store; with secrets.storeUrl (PostgreSQL) there is no volume to claim: set persistence.enabled=false" -}}
 {{- end -}}
 {{- range (concat .Values.secrets.apiTokens .Values.secrets.webhookTokens) -}}
 {{- if lt (len .) 16 -}}
