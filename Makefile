@@ -14,12 +14,14 @@ $(VENV)/.installed: pyproject.toml
 
 deps: $(VENV)/.installed
 
-# Prometheus and Alertmanager from Debian, and venv support for Debian's own python3, when they
-# are missing (root or sudo needed once).
+# Prometheus, Alertmanager, PostgreSQL and VictoriaMetrics from Debian, and venv support for
+# Debian's own python3, when they are missing (root or sudo needed once).
 system-deps:
 	@missing=""; \
 	for tool in prometheus promtool prometheus-alertmanager; do command -v $$tool >/dev/null || missing="prometheus prometheus-alertmanager"; done; \
 	$(PYTHON) -c 'import ensurepip' 2>/dev/null || missing="$$missing python3-venv"; \
+	ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || missing="$$missing postgresql"; \
+	command -v victoria-metrics >/dev/null || missing="$$missing victoria-metrics"; \
 	if [ -n "$$missing" ]; then \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $$missing; \
@@ -39,17 +41,22 @@ lint: deps
 # real process) are measured too: see pyproject.toml.
 # COV_FLOOR: the measured total rounded down, less 1 (93 %; `make coverage` prints it).
 UNITS = tests/api tests/cli tests/daemon tests/engine tests/findings tests/generate tests/promlocal \
-	tests/render tests/rulestest tests/sinks tests/sources tests/storage tests/topology tests/trees
+	tests/render tests/rulestest tests/sinks tests/sources tests/storage tests/topology tests/trees tests/test_logs.py
 COV_FLOOR ?= 92
+# Workers per pytest run (pytest-xdist). Most tests wait on a Prometheus, an Alertmanager or a
+# process they started, so two workers use the second core; a module's tests stay on one worker,
+# so its module fixtures (a backfilled Prometheus) are built once. JOBS=0: one process.
+JOBS ?= auto
+XDIST = $(if $(filter 0,$(JOBS)),,-n $(JOBS) --dist loadfile)
 
 test: system-deps deps lint
 	$(PY) -m diagnosd rules validate rules
-	$(PY) -m pytest -q $(UNITS) --cov --cov-report= --cov-fail-under=$(COV_FLOOR)
-	$(PY) -m pytest -q $(addprefix --ignore=,$(UNITS))
+	$(PY) -m pytest -q $(XDIST) $(UNITS) --cov --cov-report= --cov-fail-under=$(COV_FLOOR)
+	$(PY) -m pytest -q $(XDIST) $(addprefix --ignore=,$(UNITS))
 
 # The inner loop: everything but the tests marked slow (wheel builds, whole fleets, matrices).
 test-fast: system-deps deps lint
-	$(PY) -m pytest -q -m 'not slow'
+	$(PY) -m pytest -q $(XDIST) -m 'not slow'
 
 # What the measured tests leave unrun, line by line (the total `make test` holds to COV_FLOOR).
 coverage: system-deps deps

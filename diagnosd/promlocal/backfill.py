@@ -15,7 +15,7 @@ from diagnosd.errors import ServerError
 from diagnosd.promlocal.server import executable
 
 
-def backfill(openmetrics: Path, tsdb: Path, promtool: str = "promtool", span_hours: float = 72.0) -> None:
+def backfill(openmetrics: Path, tsdb: Path, promtool: str = "promtool", span_hours: float = 192.0) -> None:
     """Turn `openmetrics` into TSDB blocks under `tsdb`; run it before Prometheus starts."""
     tool = executable(promtool)
     hours = 2 * math.ceil(span_hours / 2)

@@ -100,7 +100,7 @@ def test_a_storm_of_two_symptoms_is_two_evaluations_and_every_alert_its_own_link
 ) -> None:
     pods = 40
     prom = start_prometheus(faulty_fleet(pods))
-    with daemon(prom.url, tmp_path) as url:
+    with daemon(prom.url, tmp_path, coalesce_window="2s") as url:
         with alertmanager(tmp_path / "alertmanager", f"{url}/webhook/alertmanager", {}) as am:
             starts = datetime.now(UTC).replace(microsecond=0)
             storm = [alert(symptom, n, starts) for symptom in ALERTNAMES for n in range(pods)]
