@@ -1,9 +1,11 @@
 """Helpers for the daemon's tests: fixture rules and series, settings, the app in-process or on a
-loopback port (uvicorn in a thread), and a real Alertmanager started and always stopped.
+loopback port (uvicorn in a thread), a real Alertmanager started and always stopped, and counters
+read from the app or from a scraped exposition.
 """
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import threading
@@ -228,3 +230,13 @@ def counted(metric: Any, **labels: str) -> float:
             if found.name.endswith("_total") and found.labels == labels:
                 return float(found.value)
     return 0.0
+
+
+def counter(text: str, name: str, **labels: str) -> float:
+    """The sum of a counter's samples in an exposition carrying at least these labels."""
+    total = 0.0
+    for line in text.splitlines():
+        found = re.match(rf"{re.escape(name)}(?:\{{(.*)\}})? (\S+)$", line)
+        if found and all(f'{k}="{v}"' in (found.group(1) or "") for k, v in labels.items()):
+            total += float(found.group(2))
+    return total

@@ -12,7 +12,7 @@ import subprocess
 from pathlib import Path
 
 from diagnosd.errors import ServerError
-from diagnosd.promlocal.server import executable
+from diagnosd.promlocal.process import executable
 
 
 def backfill(openmetrics: Path, tsdb: Path, promtool: str = "promtool", span_hours: float = 192.0) -> None:

@@ -2,29 +2,16 @@
 
 from __future__ import annotations
 
-import shutil
-import socket
-import subprocess
-import time
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 
 import yaml
 
-from diagnosd.errors import ServerError
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+from diagnosd.promlocal.process import LocalServer, ServerProcess, executable, free_port
 
 
 @dataclass
-class LocalPrometheus:
+class LocalPrometheus(LocalServer):
     """`with LocalPrometheus(workdir) as prom:` → prom.url answers until the block ends."""
 
     workdir: Path
@@ -36,18 +23,7 @@ class LocalPrometheus:
     binary: str = "prometheus"
     port: int = 0
     extra_args: list[str] = field(default_factory=list)
-    _process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def __enter__(self) -> LocalPrometheus:
-        self.start()
-        return self
-
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None) -> None:
-        self.stop()
+    _process: ServerProcess | None = None
 
     def start(self, timeout: float = 30.0) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -72,52 +48,5 @@ class LocalPrometheus:
             f"--web.external-url=http://127.0.0.1:{self.port}",
             *self.extra_args,
         ]
-        log = (self.workdir / "prometheus.log").open("wb")  # after the binary is found: no open file left behind
-        self._process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
-        log.close()
-        self._wait_ready(timeout)
-
-    def _wait_ready(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self._process is not None and self._process.poll() is not None:
-                tail = (self.workdir / "prometheus.log").read_text(errors="replace")[-2000:]
-                raise ServerError(f"prometheus exited with {self._process.returncode}:\n{tail}")
-            if ready(f"{self.url}/-/ready"):
-                return
-            time.sleep(0.05)
-        self.stop()
-        raise ServerError(f"prometheus not ready on {self.url} after {timeout:g}s")
-
-    def stop(self) -> None:
-        if self._process is None:
-            return
-        stop(self._process)
-        self._process = None
-
-
-def stop(process: subprocess.Popen[bytes]) -> None:
-    """SIGTERM, then SIGKILL if it has not exited within 10 s; always reaped."""
-    process.terminate()
-    try:
-        process.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait(timeout=10)
-
-
-def ready(url: str) -> bool:
-    """Whether `url` answers 200 within a second: a local server's readiness probe."""
-    try:
-        with urllib.request.urlopen(url, timeout=1.0) as response:
-            return bool(response.status == 200)
-    except OSError:
-        return False
-
-
-def executable(name: str, package: str = "prometheus") -> str:
-    """`name` resolved on PATH; a ServerError naming the Debian package when it is not there."""
-    found = shutil.which(name)
-    if found is None:
-        raise ServerError(f"{name!r} not found on PATH (Debian: apt-get install {package})")
-    return found
+        self._process = ServerProcess("prometheus", self.workdir / "prometheus.log")
+        self._process.start(command, f"{self.url}/-/ready", timeout)

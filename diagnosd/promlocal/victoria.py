@@ -7,25 +7,22 @@ so that the next query sees all of them.
 
 from __future__ import annotations
 
-import subprocess
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 
 from diagnosd.errors import ServerError
 from diagnosd.promlocal.openmetrics import Series, escape, value
-from diagnosd.promlocal.server import executable, free_port, ready, stop
+from diagnosd.promlocal.process import LocalServer, ServerProcess, executable, free_port
 
 # One import request carries at most this many bytes: large enough to be few, small enough to stream.
 BATCH_BYTES = 4 << 20
 
 
 @dataclass
-class LocalVictoriaMetrics:
+class LocalVictoriaMetrics(LocalServer):
     """`with LocalVictoriaMetrics(workdir) as vm:` → vm.url answers the Prometheus query API until the block ends."""
 
     workdir: Path
@@ -34,18 +31,7 @@ class LocalVictoriaMetrics:
     # Samples older than now minus the retention are dropped at import: the series tests sit in 2026.
     retention: str = "100y"
     extra_args: list[str] = field(default_factory=list)
-    _process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def __enter__(self) -> LocalVictoriaMetrics:
-        self.start()
-        return self
-
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None) -> None:
-        self.stop()
+    _process: ServerProcess | None = None
 
     def start(self, timeout: float = 30.0) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -62,33 +48,14 @@ class LocalVictoriaMetrics:
             "-dedup.minScrapeInterval=0s",
             *self.extra_args,
         ]
-        log = (self.workdir / "victoria-metrics.log").open("wb")
-        self._process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
-        log.close()
-        self._wait_ready(timeout)
+        self._process = ServerProcess("victoria-metrics", self.workdir / "victoria-metrics.log")
+        self._process.start(command, f"{self.url}/health", timeout)
 
     def load(self, series: Iterable[Series]) -> None:
         """Import every series, then flush, so that queries see every sample written."""
         for body in batches(series):
             self._post("/api/v1/import/prometheus", body)
         self._post("/internal/force_flush", None)
-
-    def stop(self) -> None:
-        if self._process is None:
-            return
-        stop(self._process)
-        self._process = None
-
-    def _wait_ready(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self._process is not None and self._process.poll() is not None:
-                raise ServerError(f"victoria-metrics exited with {self._process.returncode}:\n{self._log_tail()}")
-            if ready(f"{self.url}/health"):
-                return
-            time.sleep(0.05)
-        self.stop()
-        raise ServerError(f"victoria-metrics not ready on {self.url} after {timeout:g}s")
 
     def _post(self, path: str, body: bytes | None) -> None:
         method = "POST" if body is not None else "GET"
@@ -100,10 +67,8 @@ class LocalVictoriaMetrics:
             detail = error.read().decode(errors="replace")[-2000:]
             raise ServerError(f"victoria-metrics {path} answered {error.code}: {detail}") from None
         except OSError as error:
-            raise ServerError(f"victoria-metrics {path} failed: {error}\n{self._log_tail()}") from None
-
-    def _log_tail(self) -> str:
-        return (self.workdir / "victoria-metrics.log").read_text(errors="replace")[-2000:]
+            tail = self._process.log_tail() if self._process is not None else ""
+            raise ServerError(f"victoria-metrics {path} failed: {error}\n{tail}") from None
 
 
 def batches(series: Iterable[Series]) -> Iterator[bytes]:

@@ -10,18 +10,15 @@ post leaves, not when it was queued, so an alert that waited out an outage is no
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-import httpx
-
 from diagnosd.findings.lifecycle import Finding
 from diagnosd.moments import utc_now
-from diagnosd.sinks.outbox import Backoff, Outbox, Send, pump, request, stop_tasks
+from diagnosd.sinks.outbox import Backoff, Outbox, Running, Send, pump, request
 from diagnosd.sinks.watch import Describe, Look, PostCount, Wake, Watch, keep_looking
 
 log = logging.getLogger(__name__)
@@ -100,31 +97,25 @@ class AlertmanagerSink:
         self._count = count
         self._clock = clock
         self._outboxes = {url: Outbox[Update](config.queue_size, self._counter) for url in config.urls}
-        self._tasks: list[asyncio.Task[None]] = []
-        self._client: httpx.AsyncClient | None = None
+        self._running = Running()
 
     def _counter(self, outcome: str, n: int) -> None:
         self._count(SINK, outcome, n)
 
     async def start(self) -> None:
-        headers = {"Authorization": f"Bearer {self.config.bearer_token}"} if self.config.bearer_token else {}
-        self._client = httpx.AsyncClient(timeout=self.config.timeout, headers=headers)
+        self._running.open(self.config.timeout, self.config.bearer_token)
         self.wake.bind()
         interval = self.config.resend_interval.total_seconds()
-        self._tasks.append(asyncio.create_task(keep_looking(self._watch, self.wake, interval, self._seen)))
+        self._running.spawn(keep_looking(self._watch, self.wake, interval, self._seen))
         for url, outbox in self._outboxes.items():
             backoff = Backoff(self.config.backoff, interval)
-            send = self._sender(url)
-            self._tasks.append(asyncio.create_task(pump(outbox, send, backoff, self._counter, BATCH)))
+            self._running.spawn(pump(outbox, self._sender(url), backoff, self._counter, BATCH))
         log.info("derived alerts to %d Alertmanager(s), re-sent every %ss", len(self._outboxes), interval)
 
     async def stop(self) -> None:
         # Nothing is resolved on the way out: the alerts expire at their endsAt unless a successor
         # (this daemon restarted, its findings reloaded) re-sends them first.
-        await stop_tasks(self._tasks)
-        if self._client is not None:
-            await self._client.aclose()
-            self._client = None
+        await self._running.close()
 
     def _seen(self, look: Look, ticked: bool) -> None:
         resolved_at = self._clock()
@@ -141,9 +132,8 @@ class AlertmanagerSink:
         endpoint = f"{url.rstrip('/')}/api/v2/alerts"
 
         async def send(items: list[tuple[str, Update]]) -> None:
-            assert self._client is not None
             now = self._clock()
             body = [postable(u, now, self.config, self._describe) for _, u in items]
-            await request(self._client, SINK, "POST", endpoint, body)
+            await request(self._running.client, SINK, "POST", endpoint, body)
 
         return send

@@ -11,19 +11,16 @@ a bounded queue drained by its own task, with backoff.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-import httpx
-
 from diagnosd.errors import SinkError
 from diagnosd.findings.lifecycle import Finding
 from diagnosd.moments import utc_now
-from diagnosd.sinks.outbox import Backoff, Outbox, pump, request, stop_tasks
+from diagnosd.sinks.outbox import Backoff, Outbox, Running, pump, request
 from diagnosd.sinks.watch import Describe, Look, PostCount, Wake, Watch, keep_looking
 
 log = logging.getLogger(__name__)
@@ -84,26 +81,21 @@ class GrafanaSink:
         self._outbox = Outbox[Region](config.queue_size, self._counter)
         # Open regions: episode -> annotation id.
         self._ids: dict[tuple[str, datetime], int] = {}
-        self._tasks: list[asyncio.Task[None]] = []
-        self._client: httpx.AsyncClient | None = None
+        self._running = Running()
 
     def _counter(self, outcome: str, n: int) -> None:
         self._count(SINK, outcome, n)
 
     async def start(self) -> None:
-        headers = {"Authorization": f"Bearer {self.config.token}"} if self.config.token else {}
-        self._client = httpx.AsyncClient(timeout=self.config.timeout, headers=headers)
+        self._running.open(self.config.timeout, self.config.token)
         self.wake.bind()
         backoff = Backoff(self.config.backoff, self.config.max_backoff)
-        self._tasks.append(asyncio.create_task(keep_looking(self._watch, self.wake, TICK, self._seen)))
-        self._tasks.append(asyncio.create_task(pump(self._outbox, self._send, backoff, self._counter, 1)))
+        self._running.spawn(keep_looking(self._watch, self.wake, TICK, self._seen))
+        self._running.spawn(pump(self._outbox, self._send, backoff, self._counter, 1))
         log.info("finding annotations to Grafana %s", self.config.url)
 
     async def stop(self) -> None:
-        await stop_tasks(self._tasks)
-        if self._client is not None:
-            await self._client.aclose()
-            self._client = None
+        await self._running.close()
 
     def _seen(self, look: Look, ticked: bool) -> None:
         ended_at = self._clock()
@@ -168,9 +160,8 @@ class GrafanaSink:
         return None
 
     async def _call(self, method: str, path: str, body: Any, params: Any = None) -> Any:
-        assert self._client is not None
         url = self.config.url.rstrip("/") + path
-        response = await request(self._client, SINK, method, url, body, params)
+        response = await request(self._running.client, SINK, method, url, body, params)
         try:
             return response.json()
         except ValueError as error:

@@ -1,5 +1,6 @@
 """Where a push sink's work waits: a bounded queue holding the newest word about each finding, the
-task that drains it with backoff while the receiver is down, and the HTTP call both sinks make.
+task that drains it with backoff while the receiver is down, the HTTP call both sinks make, and
+their running part (the client and the tasks, started and always stopped together).
 
 Diagnosis never waits here: putting is synchronous and never blocks; a full queue lets go of its
 oldest finding and counts it. A finding put again replaces what was waiting for it (a resolution
@@ -11,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Generic, TypeVar
 
 import httpx
@@ -136,9 +137,31 @@ async def request(
     raise SinkError(sink, url, f"answered {status}: {response.text[:200]}", status=status, retry=retry)
 
 
-async def stop_tasks(tasks: list[asyncio.Task[None]]) -> None:
-    """Cancel and await: shutdown is not an error."""
-    for task in tasks:
-        task.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
-    tasks.clear()
+class Running:
+    """A push sink between start and stop: its one HTTP client and the tasks that use it."""
+
+    def __init__(self) -> None:
+        self._client: httpx.AsyncClient | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def open(self, timeout: float, token: str | None) -> None:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._client = httpx.AsyncClient(timeout=timeout, headers=headers)
+
+    @property
+    def client(self) -> httpx.AsyncClient:
+        assert self._client is not None, "a sink sends only between start and stop"
+        return self._client
+
+    def spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        self._tasks.append(asyncio.create_task(work))
+
+    async def close(self) -> None:
+        """Cancel and await the tasks (shutdown is not an error), then close the client they used."""
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None

@@ -11,7 +11,6 @@ Everything is counted (rows, counters), never timed: each wait is for a count to
 from __future__ import annotations
 
 import json
-import re
 import signal
 import socket
 import subprocess
@@ -33,7 +32,7 @@ from diagnosd.promlocal.openmetrics import Series
 from diagnosd.storage import open_database
 from tests.cli.test_serve import REPO, command, environ
 from tests.conftest import StartPrometheus
-from tests.serving import run_alertmanager, wait_until
+from tests.serving import counter, run_alertmanager, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -92,16 +91,6 @@ class Replica:
             return httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200
         except httpx.HTTPError:
             return False
-
-
-def counter(text: str, name: str, **labels: str) -> float:
-    """The sum of a counter's samples in an exposition carrying at least these labels."""
-    total = 0.0
-    for line in text.splitlines():
-        found = re.match(rf"{re.escape(name)}(?:\{{(.*)\}})? (\S+)$", line)
-        if found and all(f'{k}="{v}"' in (found.group(1) or "") for k, v in labels.items()):
-            total += float(found.group(2))
-    return total
 
 
 @contextmanager

@@ -5,7 +5,6 @@ diagnoses nothing more."""
 
 from __future__ import annotations
 
-import re
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -15,16 +14,16 @@ from diagnosd.api import create_app
 from diagnosd.daemon.alertmanager.memory import DeliveryMemory
 from diagnosd.promlocal import free_port
 from diagnosd.storage import open_database
-from tests.serving import ThreadedServer, build, fleet_prometheus, run_alertmanager, sample, settings, wait_until
-
-
-def counter(text: str, name: str, **labels: str) -> float:
-    total = 0.0
-    for line in text.splitlines():
-        found = re.match(rf"{re.escape(name)}(?:\{{(.*)\}})? (\S+)$", line)
-        if found and all(f'{k}="{v}"' in (found.group(1) or "") for k, v in labels.items()):
-            total += float(found.group(2))
-    return total
+from tests.serving import (
+    ThreadedServer,
+    build,
+    counter,
+    fleet_prometheus,
+    run_alertmanager,
+    sample,
+    settings,
+    wait_until,
+)
 
 
 def test_the_derived_alert_coming_back_is_skipped_as_diagnosd_s_own(tmp_path: Path) -> None:

@@ -8,7 +8,6 @@ holds is accepted (Alertmanager's notification succeeds) and every alert in it i
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -23,7 +22,7 @@ from diagnosd.daemon.alertmanager.memory import DeliveryMemory
 from diagnosd.promlocal.openmetrics import Series
 from diagnosd.storage import open_database
 from tests.conftest import StartPrometheus
-from tests.serving import AT, EPOCH, ThreadedServer, alertmanager, build, settings, wait_until
+from tests.serving import AT, EPOCH, ThreadedServer, alertmanager, build, counter, settings, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -74,16 +73,6 @@ def daemon(prometheus_url: str, tmp_path: Path, **webhook: Any) -> Iterator[str]
     config = settings(prometheus_url, tmp_path, webhook=webhook)
     with ThreadedServer(create_app(build(config))) as server:
         yield server.url
-
-
-def counter(text: str, name: str, **labels: str) -> float:
-    """The sum of a counter's samples in an exposition carrying at least these labels."""
-    total = 0.0
-    for line in text.splitlines():
-        found = re.match(rf"{re.escape(name)}(?:\{{(.*)\}})? (\S+)$", line)
-        if found and all(f'{k}="{v}"' in (found.group(1) or "") for k, v in labels.items()):
-            total += float(found.group(2))
-    return total
 
 
 def states(tmp_path: Path, outcome: str) -> list[Any]:

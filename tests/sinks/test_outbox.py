@@ -1,10 +1,12 @@
-"""The push sinks' queue (newest word per finding, bounded, drops counted) and their backoff."""
+"""The push sinks' queue (newest word per finding, bounded, drops counted), their backoff, and their
+running part (client and tasks, stopped together)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 
-from diagnosd.sinks.outbox import Backoff, Outbox
+from diagnosd.sinks.outbox import Backoff, Outbox, Running
 
 
 def outbox(capacity: int) -> tuple[Outbox[str], Counter[str]]:
@@ -61,3 +63,30 @@ def test_backoff_doubles_up_to_its_cap_and_starts_over_after_a_success() -> None
     assert [backoff.next() for _ in range(5)] == [1, 2, 4, 5, 5]
     backoff.reset()
     assert backoff.next() == 1
+
+
+async def test_closing_cancels_every_task_then_closes_the_client_and_a_second_close_is_a_no_op() -> None:
+    running = Running()
+    running.open(5.0, "t0ken")
+    client = running.client
+    assert client.headers["Authorization"] == "Bearer t0ken"
+    started = asyncio.Event()
+
+    async def forever() -> None:
+        started.set()
+        await asyncio.Event().wait()
+
+    running.spawn(forever())
+    await started.wait()
+    (task,) = running._tasks
+    await running.close()
+    assert task.cancelled()
+    assert client.is_closed
+    await running.close()
+
+
+async def test_without_a_token_no_authorization_header_is_sent() -> None:
+    running = Running()
+    running.open(5.0, None)
+    assert "Authorization" not in running.client.headers
+    await running.close()
