@@ -260,7 +260,7 @@ def _samples(data: Any, url: str, promql: str) -> list[Sample]:
     try:
         warnings = data.get(WARNINGS, ())
         if kind == "vector":
-            return Samples((Sample(dict(item["metric"]), _number(item["value"][1])) for item in result), warnings)
+            return Samples((Sample(_labels(item["metric"]), _number(item["value"][1])) for item in result), warnings)
         if kind == "scalar":
             return Samples([Sample({}, _number(result[1]))], warnings)
     except (KeyError, IndexError, TypeError, ValueError) as error:
@@ -268,12 +268,23 @@ def _samples(data: Any, url: str, promql: str) -> list[Sample]:
     raise SourceProtocolError(f"instant query returned {kind!r}, expected a vector", url=url, query=promql)
 
 
+def _labels(metric: dict[str, str]) -> dict[str, str]:
+    """A series' labels; an empty value is no label (Prometheus' data model: it never returns one,
+    VictoriaMetrics 1.79's label_replace keeps `pod=""` where the source label is missing)."""
+    return {name: value for name, value in metric.items() if value != ""}
+
+
+# VictoriaMetrics cluster says a partial answer (a vmstorage node did not answer) with a top-level
+# `isPartial` instead of Prometheus' `warnings` (vmselect's query_response.qtpl).
+PARTIAL = "VictoriaMetrics answered partially (isPartial: some vmstorage nodes did not answer)"
+
+
 def _warnings(body: dict[str, Any]) -> tuple[str, ...]:
-    """The response's `warnings`, without PromQL's informational notes (`PromQL info: ...`)."""
+    """The response's `warnings`, without PromQL's informational notes (`PromQL info: ...`), and
+    VictoriaMetrics' partial flag as one more."""
     raw = body.get("warnings")
-    if not isinstance(raw, list):
-        return ()
-    return tuple(str(w) for w in raw if not str(w).startswith("PromQL info:"))
+    found = tuple(str(w) for w in raw if not str(w).startswith("PromQL info:")) if isinstance(raw, list) else ()
+    return (*found, PARTIAL) if body.get("isPartial") is True else found
 
 
 def _family_forms(name: str) -> tuple[str, ...]:

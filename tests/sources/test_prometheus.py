@@ -175,6 +175,26 @@ async def test_warnings_of_a_partial_answer_reach_the_samples(respx_mock: respx.
     assert warnings_of(samples) == (warning,)
 
 
+async def test_a_partial_victoriametrics_answer_is_a_warning(respx_mock: respx.MockRouter, connect: Connect) -> None:
+    """VictoriaMetrics cluster flags a partial answer with `isPartial`, not `warnings`."""
+    from diagnosd.sources.base import warnings_of
+    from diagnosd.sources.prometheus import PARTIAL
+
+    body = {"status": "success", "isPartial": True, "data": {"resultType": "vector", "result": []}}
+    respx_mock.post("/api/v1/query").mock(return_value=httpx.Response(200, json=body))
+    assert warnings_of(await connect().query("up", AT)) == (PARTIAL,)
+    complete = {**body, "isPartial": False}  # single-node VictoriaMetrics says false on every answer
+    respx_mock.post("/api/v1/query").mock(return_value=httpx.Response(200, json=complete))
+    assert warnings_of(await connect().query("up", AT)) == ()
+
+
+async def test_an_empty_label_value_is_no_label(respx_mock: respx.MockRouter, connect: Connect) -> None:
+    """VictoriaMetrics' label_replace keeps pod="" where Prometheus drops it: the same answer either way."""
+    respx_mock.post("/api/v1/query").mock(return_value=vector(({"pod": "", "namespace": "prod"}, "1")))
+    [sample] = await connect().query("up", AT)
+    assert sample.labels == {"namespace": "prod"}
+
+
 async def test_a_complete_answer_has_no_warnings(respx_mock: respx.MockRouter, connect: Connect) -> None:
     from diagnosd.sources.base import warnings_of
 
