@@ -177,12 +177,15 @@ async def _evaluate(
         async def one(case: Case, tree: Tree) -> list[Outcome]:
             diagnosis = await diagnose(tree, case, at)
             outcomes = outcomes_of(case, tree, diagnosis, anchor)
-            if naive and case.scenario.expect:
+            # The baseline names a cause where one is expected: not on the trees a quiet_elsewhere
+            # scenario expects nothing of (target "*"), nor where it expects no cause.
+            if naive and any(o.expected is not None for o in outcomes):
                 flat = _flat(tree)
                 moments = [at] + [datetime.fromtimestamp(anchor - DAY + m * 60.0, UTC) for m in BASELINE_MINUTES]
                 now, *before = await asyncio.gather(*(diagnose(flat, case, m) for m in moments))
                 for o in outcomes:
-                    o.naive = _naive(case.scenario, o.target, now, before, anchor)
+                    if o.expected is not None:
+                        o.naive = _naive(case.scenario, o.target, now, before, anchor)
             return outcomes
 
         pairs = [(c, t) for c in matrix for t in trees_for(c.scenario, rules)]
