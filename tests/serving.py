@@ -72,13 +72,28 @@ def fleet(namespace: str = "prod") -> list[Series]:
 
 
 @contextmanager
-def fleet_prometheus(workdir: Path) -> Iterator[str]:
-    """A real Prometheus holding the fleet's history (backfilled before it starts); yields its URL."""
+def fleet_prometheus(workdir: Path, scraping: int | None = None) -> Iterator[str]:
+    """A real Prometheus holding the fleet's history (backfilled before it starts); yields its URL.
+
+    With `scraping`, it also scrapes a diagnosd on that loopback port every second (with TOKEN)."""
     workdir.mkdir(parents=True, exist_ok=True)
     with (workdir / "fleet.om").open("w") as out:
         write(out, fleet())
     backfill(workdir / "fleet.om", workdir / "tsdb")
-    with LocalPrometheus(workdir, tsdb=workdir / "tsdb") as prom:
+    scrape: list[dict[str, object]] = []
+    if scraping is not None:
+        scrape.append(
+            {
+                "job_name": "diagnosd",
+                "scrape_interval": "1s",
+                "scrape_timeout": "1s",
+                "authorization": {"credentials": TOKEN},
+                "static_configs": [{"targets": [f"127.0.0.1:{scraping}"]}],
+            }
+        )
+    with LocalPrometheus(
+        workdir, tsdb=workdir / "tsdb", scrape=scrape, scrape_interval="1s" if scrape else "15s"
+    ) as prom:
         yield prom.url
 
 

@@ -6,7 +6,6 @@ the same symptom and target, and never the symptom alert.
 
 from __future__ import annotations
 
-import subprocess
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,7 @@ import pytest
 import yaml
 
 from tests.deploy import chart
-from tests.deploy.test_alert_files import tool
+from tests.deploy.test_alert_files import routes_test
 from tests.serving import run_alertmanager, wait_until
 
 TARGET = {"namespace": "prod", "pod": "vllm-0"}
@@ -37,20 +36,7 @@ def derived(cause: str, severity: str, **target: str) -> dict[str, str]:
     ids=["derived-alert", "symptom-alert"],
 )
 def test_derived_alerts_never_route_back_to_diagnosd(labels: dict[str, str], receivers: str) -> None:
-    done = subprocess.run(
-        [
-            tool("amtool"),
-            "config",
-            "routes",
-            "test",
-            f"--config.file={chart.ALERTMANAGER_EXAMPLE}",
-            f"--verify.receivers={receivers}",
-            *(f"{k}={v}" for k, v in labels.items()),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = routes_test([f"{k}={v}" for k, v in labels.items()], receivers)
     assert done.returncode == 0, done.stdout + done.stderr
 
 

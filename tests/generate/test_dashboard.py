@@ -17,13 +17,12 @@ import pytest
 
 from diagnosd.api import create_app
 from diagnosd.generate import dashboard
-from diagnosd.promlocal import LocalPrometheus, backfill, free_port
-from diagnosd.promlocal.openmetrics import write
+from diagnosd.promlocal import free_port
 from diagnosd.trees.promql import parse, selector_names
 from tests.conftest import REPO
 from tests.deploy import chart
 from tests.deploy.test_self_alerts import exported
-from tests.serving import TOKEN, ThreadedServer, build, fleet, settings, wait_until
+from tests.serving import TOKEN, ThreadedServer, build, fleet_prometheus, settings, wait_until
 
 SHIPPED = [REPO / "docs" / "grafana" / "diagnosd.json", chart.FILES / "dashboard.json"]
 REGENERATE = f"python -m diagnosd.generate.dashboard {' '.join(str(p.relative_to(REPO)) for p in SHIPPED)}"
@@ -127,26 +126,14 @@ def grafana_would_send(expr: str) -> str:
 def test_every_panel_query_answers_on_a_prometheus_scraping_diagnosd(board: dict[str, Any], tmp_path: Path) -> None:
     """One Prometheus holds the fleet's history and scrapes a running diagnosd whose rounds (every
     second, at the fixture's instant) find vllm-0's full KV pool; then every panel's queries answer."""
-    work = tmp_path / "prometheus"
-    work.mkdir()
-    with (work / "fleet.om").open("w") as out:
-        write(out, fleet())
-    backfill(work / "fleet.om", work / "tsdb")
     port = free_port()
-    scrape = {
-        "job_name": "diagnosd",
-        "scrape_interval": "1s",
-        "scrape_timeout": "1s",
-        "authorization": {"credentials": TOKEN},
-        "static_configs": [{"targets": [f"127.0.0.1:{port}"]}],
-    }
     rounds = {"enabled": True, "interval": "1s"}
-    with LocalPrometheus(work, tsdb=work / "tsdb", scrape=[scrape], scrape_interval="1s") as prom:
-        config = settings(prom.url, tmp_path, auth={"api_tokens": [TOKEN]}, scheduler=rounds)
+    with fleet_prometheus(tmp_path / "prometheus", scraping=port) as url:
+        config = settings(url, tmp_path, auth={"api_tokens": [TOKEN]}, scheduler=rounds)
         with ThreadedServer(create_app(build(config)), port):
 
             def answer(expr: str) -> list[dict[str, Any]]:
-                body = httpx.get(f"{prom.url}/api/v1/query", params={"query": expr}, timeout=10).json()
+                body = httpx.get(f"{url}/api/v1/query", params={"query": expr}, timeout=10).json()
                 assert body["status"] == "success", (expr, body)
                 found: list[dict[str, Any]] = body["data"]["result"]
                 return found

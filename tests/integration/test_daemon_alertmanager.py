@@ -12,9 +12,17 @@ from typing import Any
 import httpx
 
 from diagnosd.api import create_app
-from diagnosd.promlocal import LocalPrometheus, backfill, free_port
-from diagnosd.promlocal.openmetrics import write
-from tests.serving import HOOK_TOKEN, TOKEN, ThreadedServer, alertmanager, build, fleet, settings, wait_until
+from diagnosd.promlocal import free_port
+from tests.serving import (
+    HOOK_TOKEN,
+    TOKEN,
+    ThreadedServer,
+    alertmanager,
+    build,
+    fleet_prometheus,
+    settings,
+    wait_until,
+)
 
 ALERT = {
     "alertname": "VLLMQueueBacklog",
@@ -39,22 +47,10 @@ def _post_alert(am: str, starts: datetime, ends: datetime | None = None) -> None
 
 
 def test_alertmanager_webhook_to_findings_metrics_and_prometheus(tmp_path: Path) -> None:
-    work = tmp_path / "prometheus"
-    work.mkdir()
-    with (work / "fleet.om").open("w") as out:
-        write(out, fleet())
-    backfill(work / "fleet.om", work / "tsdb")
     port = free_port()
-    scrape: dict[str, object] = {
-        "job_name": "diagnosd",
-        "scrape_interval": "1s",
-        "scrape_timeout": "1s",
-        "authorization": {"credentials": TOKEN},
-        "static_configs": [{"targets": [f"127.0.0.1:{port}"]}],
-    }
     api = {"Authorization": f"Bearer {TOKEN}"}
-    with LocalPrometheus(work, tsdb=work / "tsdb", scrape=[scrape], scrape_interval="1s") as prom:
-        config = settings(prom.url, tmp_path, auth={"api_tokens": [TOKEN], "webhook_tokens": [HOOK_TOKEN]})
+    with fleet_prometheus(tmp_path / "prometheus", scraping=port) as url:
+        config = settings(url, tmp_path, auth={"api_tokens": [TOKEN], "webhook_tokens": [HOOK_TOKEN]})
         with ThreadedServer(create_app(build(config)), port) as server:
             hook = f"{server.url}/webhook/alertmanager"
             with alertmanager(tmp_path / "alertmanager", hook, {"authorization": {"credentials": HOOK_TOKEN}}) as am:
@@ -79,7 +75,7 @@ def test_alertmanager_webhook_to_findings_metrics_and_prometheus(tmp_path: Path)
                 assert 'diagnosd_webhook_deliveries_total{outcome="accepted"} 1.0' in metrics
 
                 def scraped() -> list[dict[str, Any]]:
-                    answer = httpx.get(f"{prom.url}/api/v1/query", params={"query": "diagnosd_root_cause"}).json()
+                    answer = httpx.get(f"{url}/api/v1/query", params={"query": "diagnosd_root_cause"}).json()
                     result: list[dict[str, Any]] = answer["data"]["result"]
                     return result
 
