@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from datetime import datetime
 
 from diagnosd.errors import SourceError
@@ -41,9 +41,11 @@ class Recorder:
         self._calls.append(lambda: self._inner.query(promql, at))
         return await self._inner.query(promql, at)
 
-    async def metric_names(self, candidates: Collection[str], start: datetime, end: datetime) -> set[str]:
-        self._calls.append(lambda: self._inner.metric_names(candidates, start, end))
-        return await self._inner.metric_names(candidates, start, end)
+    async def metric_names(
+        self, candidates: Collection[str], start: datetime, end: datetime, where: Sequence[str] = ()
+    ) -> set[str]:
+        self._calls.append(lambda: self._inner.metric_names(candidates, start, end, where))
+        return await self._inner.metric_names(candidates, start, end, where)
 
     async def metadata(self, names: Collection[str]) -> dict[str, str] | None:
         self._calls.append(lambda: self._inner.metadata(names))

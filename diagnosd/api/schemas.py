@@ -93,6 +93,8 @@ class RootCauseOut(Wire):
     explained_by: list[str] = []
     # The matched consequences this cause explains, each with its evidence.
     explains: list[RootCauseOut] = []
+    # Causes that would explain this one but could not be checked: it is a possible cause only.
+    unsettled_by: list[str] = []
 
 
 RootCauseOut.model_rebuild()
@@ -111,7 +113,8 @@ class TargetOut(Wire):
     root_causes: list[RootCauseOut]
     # Matched causes explained by a root cause (shown under it, never a root cause themselves).
     consequences: list[RootCauseOut] = []
-    # The symptom is unknown: matched branches that would explain it, symptom not established.
+    # Never raised: matched branches that would explain a symptom that is unknown, and where it
+    # holds, matched causes that an unchecked cause would explain (`unsettled_by`).
     possible_causes: list[RootCauseOut] = []
     checks: list[CheckOut]
 

@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 from diagnosd.engine import params as P
 from diagnosd.engine.fleet import fleet_results
 from diagnosd.engine.judge import Answer, Key, Question
-from diagnosd.engine.rewrite import ScopeMatcher, rewrite
+from diagnosd.engine.rewrite import ScopeMatcher, rewrite, strict_matcher
 from diagnosd.engine.scope import Scope
 from diagnosd.engine.walk import diagnose_target, explanations
 from diagnosd.errors import QueryRejected, SourceError
@@ -106,8 +106,11 @@ class Evaluator:
         texts = _texts(tree, values, self.topology)
         offsets = _offsets(tree, values)
         start = at - max(offsets.values(), default=timedelta(0)) - self.lookback
-        spellings, notes = await self._spellings(texts.values(), start, at)
         matchers = self._matchers(tree, scope)
+        # Names are found where the scope's strict labels hold (one cluster of a shared store: an
+        # exporter missing there is missing, whatever another cluster has).
+        where = [strict_matcher(m) for m in matchers if m.strict]
+        spellings, notes = await self._spellings(texts.values(), start, at, where)
         resolved = {key: self._resolve(text, spellings, matchers, tree.target) for key, text in texts.items()}
         jobs = _jobs(resolved, offsets, at)
         answers = self._young(await self._run(jobs, tree.target), at)
@@ -154,13 +157,13 @@ class Evaluator:
         return out
 
     async def _spellings(
-        self, texts: Iterable[str], start: datetime, end: datetime
+        self, texts: Iterable[str], start: datetime, end: datetime, where: Sequence[str] = ()
     ) -> tuple[dict[str, list[str]], list[str]]:
         names = sorted({name for text in texts for name in _names_in(text)})
         candidates = {name: self.aliases.variants(name) for name in names}
         everything = {v for variants in candidates.values() for v in variants}
         try:
-            present = await self.source.metric_names(everything, start, end)
+            present = await self.source.metric_names(everything, start, end, where)
         except QueryRejected as error:
             # A backend without match[] on label values: query the names as written.
             return {n: [n] for n in names}, [
@@ -176,7 +179,7 @@ class Evaluator:
         seen: set[str] = set()
         if asked := probes(candidates, known):
             try:
-                seen = set(await self.source.metric_names(asked, start, end))
+                seen = set(await self.source.metric_names(asked, start, end, where))
             except QueryRejected:
                 seen = set()
         notes = absent_notes(candidates, known, seen=seen)

@@ -283,6 +283,11 @@ def _union(node: pp.VectorSelector, spellings: Sequence[str]) -> pp.Expr:
     return pp.parse(str(node))
 
 
+def strict_matcher(matcher: ScopeMatcher) -> str:
+    """`label="value"`, the value quoted for PromQL."""
+    return f"{matcher.label}={_literal(matcher)}"
+
+
 def _literal(matcher: ScopeMatcher) -> str:
     value = matcher.value if matcher.strict else _regex_escape(matcher.value) + "|"
     # JSON's escapes (\" \\ \n \uXXXX) are a subset of PromQL's Go-style double-quoted strings.

@@ -58,9 +58,11 @@ class _Recorder:
         self.answers[(promql, at)] = samples
         return samples
 
-    async def metric_names(self, candidates: Collection[str], start: datetime, end: datetime) -> set[str]:
+    async def metric_names(
+        self, candidates: Collection[str], start: datetime, end: datetime, where: Sequence[str] = ()
+    ) -> set[str]:
         try:
-            found = await self._inner.metric_names(candidates, start, end)
+            found = await self._inner.metric_names(candidates, start, end, where)
         except QueryRejected:
             self.names_known = False
             raise

@@ -5,6 +5,10 @@ shown under its cause and never a root cause; the rest rank by severity, then by
 (deep in the seed's drawing) their branch is, then by how far past its threshold the check is.
 An explanation holds only where the explaining cause is at least as severe, was not seen in a
 partial answer alone while the explained one was fully seen, and (with `slack`) is large enough.
+
+A matched cause that a cause the walk could not settle (its check unknown, or skipped under an
+unknown check: an exporter missing, say) would explain is not established either way: it is a
+possible cause, naming what could not be checked, never a root cause that may be a consequence.
 """
 
 from __future__ import annotations
@@ -216,8 +220,69 @@ def _accounts_for(cause: RootCause, other: RootCause, slack: float | None) -> bo
     return small <= big * slack
 
 
-def rank(causes: Sequence[RootCause], explains: Explanations) -> tuple[tuple[RootCause, ...], tuple[RootCause, ...]]:
-    """(root causes, consequences), each ranked; every cause carries what it explains and what explains it."""
+@dataclass(frozen=True)
+class Unsettled:
+    """A cause whose check could not be made, and the causes of the checks above it (it would
+    refine them, never compete with them)."""
+
+    severity: Severity
+    above: frozenset[str]
+    reason: Reason | None = None
+
+
+def unsettled(results: Sequence[CheckResult], severities: Mapping[str, Severity]) -> dict[str, Unsettled]:
+    """The causes whose check could not be made: unknown, or skipped below an unknown check (groups
+    are looked through)."""
+    by_id = {r.id: r for r in results}
+
+    def ran(r: CheckResult | None) -> CheckResult | None:
+        while r is not None and (r.verdict is Verdict.SKIPPED or r.kind is NodeKind.GROUP):
+            r = by_id.get(r.parent) if r.parent else None
+        return r
+
+    def above(r: CheckResult) -> frozenset[str]:
+        out: set[str] = set()
+        node = by_id.get(r.parent) if r.parent else None
+        while node is not None:
+            if node.cause:
+                out.add(node.cause)
+            node = by_id.get(node.parent) if node.parent else None
+        return frozenset(out)
+
+    out: dict[str, Unsettled] = {}
+    for r in results:
+        looked = ran(r) if r.cause and r.kind is NodeKind.CHECK else None
+        if r.cause and looked is not None and looked.verdict is Verdict.UNKNOWN:
+            out[r.cause] = Unsettled(severities.get(r.cause, Severity.WARNING), above(r), looked.reason)
+    return out
+
+
+_HISTORY = (Reason.NO_BASELINE, Reason.SHORT_HISTORY)
+
+
+def _against_baseline(c: RootCause) -> bool:
+    def has(e: Evidence) -> bool:
+        return e.baseline_at is not None or any(has(x) for x in e.conditions)
+
+    return any(has(e) for e in c.evidence)
+
+
+def severities(tree: Tree) -> dict[str, Severity]:
+    return {
+        node.conclusion.cause: node.conclusion.severity
+        for node, _ in walk(list(tree.nodes))
+        if isinstance(node, CheckNode) and node.conclusion is not None
+    }
+
+
+def rank(
+    causes: Sequence[RootCause],
+    explains: Explanations,
+    unsettled: Mapping[str, Unsettled] | None = None,
+) -> tuple[tuple[RootCause, ...], tuple[RootCause, ...], tuple[RootCause, ...]]:
+    """(root causes, consequences, undecided), each ranked; every cause carries what it explains and
+    what explains it. Undecided: matched causes no matched cause explains but a cause that could
+    not be checked would (named in `unsettled_by`), unless that one only refines it (sits below it)."""
     matched = {c.cause: c for c in causes}
     by: dict[str, list[str]] = {}
     for cause in causes:
@@ -242,10 +307,32 @@ def rank(causes: Sequence[RootCause], explains: Explanations) -> tuple[tuple[Roo
         built[name] = out
         return out
 
+    # Sizes cannot be compared with a check that was not made: any explanation it would give counts.
+    doubts: dict[str, list[str]] = {}
+    for name, doubt in (unsettled or {}).items():
+        for explained, slack in explains.get(name, ()):
+            other = matched.get(explained)
+            if (
+                other is not None
+                and name not in matched
+                and explained not in doubt.above
+                and SEVERITY_ORDER[doubt.severity] <= _rank_key(other)[0]
+                # Never more than it could do matched: a sized explanation of a cause without a
+                # change of its own (a plain threshold) does not hold.
+                and not (slack is not None and _change(other) is None)
+                # Without history nothing is new, yet a cause read from the present alone holds.
+                and not (doubt.reason in _HISTORY and not _against_baseline(other))
+            ):
+                doubts.setdefault(explained, []).append(name)
     ordered = sorted(causes, key=_rank_key)
-    roots = tuple(build(c.cause, frozenset()) for c in ordered if c.cause not in by)
+    roots = tuple(build(c.cause, frozenset()) for c in ordered if c.cause not in by and c.cause not in doubts)
     consequences = tuple(build(c.cause, frozenset()) for c in ordered if c.cause in by)
-    return roots, consequences
+    undecided = tuple(
+        replace(build(c.cause, frozenset()), unsettled_by=tuple(sorted(doubts[c.cause])))
+        for c in ordered
+        if c.cause not in by and c.cause in doubts
+    )
+    return roots, consequences, undecided
 
 
 def diagnose_target(
@@ -262,11 +349,12 @@ def diagnose_target(
     present = {Verdict.MATCHED: True, Verdict.CLEAR: False}.get(detected.verdict)
     state = _Walk(key, questions, traffic, contexts)
     state.nodes(tree.nodes, 1, None, True, ())
-    roots, consequences = rank(state.causes, explanations(tree) if explains is None else explains)
+    doubts = unsettled(state.results, severities(tree))
+    roots, consequences, undecided = rank(state.causes, explanations(tree) if explains is None else explains, doubts)
     # A cause is only a cause of a symptom that is there; where the symptom could not be
     # established, the matched branches would explain it ("possible"), and nothing is raised.
     if present is False:
-        roots, consequences = (), ()
+        roots, consequences, undecided = (), (), ()
     return TargetDiagnosis(
         labels=dict(zip(tree.target, key, strict=True)),
         symptom_present=present,
@@ -274,5 +362,5 @@ def diagnose_target(
         root_causes=roots if present else (),
         checks=tuple(state.results),
         consequences=consequences,
-        possible_causes=roots if present is None else (),
+        possible_causes=(*roots, *undecided) if present is None else undecided,
     )

@@ -29,6 +29,8 @@ def encode_cause(c: RootCause) -> dict[str, Any]:
         "explained_by": list(c.explained_by),
         # The matched consequences this cause accounts for, each with its own evidence.
         "explains": [encode_cause(x) for x in c.explains],
+        # Causes that would explain this one but could not be checked (a possible cause).
+        "unsettled_by": list(c.unsettled_by),
     }
 
 

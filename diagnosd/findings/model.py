@@ -135,6 +135,9 @@ class RootCause:
     explained_by: tuple[str, ...] = ()
     # The matched causes this one accounts for, each with its own evidence: shown under it.
     explains: tuple[RootCause, ...] = ()
+    # Causes that would account for this one but could not be checked (their check unknown): this
+    # one may be their consequence, so it is a possible cause, never a root cause.
+    unsettled_by: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -147,7 +150,8 @@ class TargetDiagnosis:
     checks: tuple[CheckResult, ...]
     # Matched causes explained by another matched cause (each names it in `explained_by`).
     consequences: tuple[RootCause, ...] = ()
-    # Where the symptom is unknown: what would explain it, ranked like root causes, never raised.
+    # What would explain the symptom, ranked like root causes, never raised: every matched cause
+    # where the symptom is unknown, and where it holds, the causes `unsettled_by` an unknown check.
     possible_causes: tuple[RootCause, ...] = ()
 
     def by_verdict(self, verdict: Verdict) -> tuple[CheckResult, ...]:

@@ -69,6 +69,14 @@ WORDS: dict[str, dict[str, str]] = {
     "checks_clear": {"en": "clear", "zh": "排除"},
     "checks_unknown": {"en": "unknown", "zh": "未知"},
     "would_explain": {"en": "would explain it, symptom not established", "zh": "可解释该症状，但症状未确认"},
+    "unsettled": {
+        "en": "not a root cause until these are checked (it may be their consequence):",
+        "zh": "在检查以下各项之前不算根因（可能是它们的结果）：",
+    },
+    "unsettled_causes": {
+        "en": "possible causes (each may be a consequence of a check that could not run):",
+        "zh": "可能的根因（各自可能是某项无法执行的检查的结果）：",
+    },
     "explained_by": {"en": "explained by", "zh": "由此解释："},
     "in_top_bucket": {"en": "top bucket", "zh": "最高桶"},
     "fleet": {
@@ -221,12 +229,21 @@ def _target(t: TargetDiagnosis, lang: str, known: Mapping[str, Mapping[str, Cont
         lines.extend(_conditions(t.detect.evidence, "    ", lang))
     shown = (*t.root_causes, *t.possible_causes, *t.consequences)
     lines.extend(_tree(t.checks, {c.check: c for c in shown}, lang, known))
+    unsettled = [c for c in t.possible_causes if c.unsettled_by] if t.symptom_present else []
     if t.root_causes:
         lines.append(word("causes", lang))
         for rank, cause in enumerate(t.root_causes, 1):
             lines.append(f"  {rank}. {cause.cause} [{SEVERITY[lang][cause.severity]}] {pick(cause.title, lang)}")
             lines.extend(_consequences(cause, lang, "     "))
-    elif t.possible_causes:
+    if unsettled:
+        lines.append(word("unsettled_causes", lang))
+        for rank, cause in enumerate(unsettled, 1):
+            lines.append(
+                f"  {rank}. {cause.cause} [{SEVERITY[lang][cause.severity]}] {pick(cause.title, lang)}"
+                f" — {word('unsettled', lang)} {', '.join(cause.unsettled_by)}"
+            )
+            lines.extend(_consequences(cause, lang, "     "))
+    if t.possible_causes and not t.symptom_present:
         lines.append(word("possible", lang))
         for rank, cause in enumerate(t.possible_causes, 1):
             lines.append(
@@ -234,7 +251,7 @@ def _target(t: TargetDiagnosis, lang: str, known: Mapping[str, Mapping[str, Cont
                 f" — {word('would_explain', lang)}"
             )
             lines.extend(_consequences(cause, lang, "     "))
-    elif t.symptom_present is not False:
+    elif t.symptom_present is not False and not t.root_causes and not unsettled:
         lines.append(word("no_cause", lang))
     return lines
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
@@ -47,8 +47,11 @@ class QuerySource(Protocol):
         Raises diagnosd.errors.SourceError."""
         ...
 
-    async def metric_names(self, candidates: Collection[str], start: datetime, end: datetime) -> set[str]:
-        """Which of `candidates` have series between `start` and `end`. Raises SourceError."""
+    async def metric_names(
+        self, candidates: Collection[str], start: datetime, end: datetime, where: Sequence[str] = ()
+    ) -> set[str]:
+        """Which of `candidates` have series between `start` and `end`, among the series that also
+        match every one of `where` (PromQL label matchers, e.g. `cluster="eu-1"`). Raises SourceError."""
         ...
 
     async def metadata(self, names: Collection[str]) -> dict[str, str] | None:

@@ -20,7 +20,7 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -207,8 +207,10 @@ class CircuitSource:
     async def query(self, promql: str, at: datetime) -> list[Sample]:
         return await self._through(lambda: self._inner.query(promql, at), promql)
 
-    async def metric_names(self, candidates: Collection[str], start: datetime, end: datetime) -> set[str]:
-        return await self._through(lambda: self._inner.metric_names(candidates, start, end), None)
+    async def metric_names(
+        self, candidates: Collection[str], start: datetime, end: datetime, where: Sequence[str] = ()
+    ) -> set[str]:
+        return await self._through(lambda: self._inner.metric_names(candidates, start, end, where), None)
 
     async def metadata(self, names: Collection[str]) -> dict[str, str] | None:
         method = getattr(self._inner, "metadata", None)

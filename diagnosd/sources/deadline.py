@@ -12,7 +12,7 @@ how long the diagnosis it answers can still wait (PrometheusSource weighs a Retr
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Collection
+from collections.abc import Awaitable, Collection, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime
@@ -55,8 +55,10 @@ class DeadlineSource:
     async def query(self, promql: str, at: datetime) -> list[Sample]:
         return await self._within(self._inner.query(promql, at), promql)
 
-    async def metric_names(self, candidates: Collection[str], start: datetime, end: datetime) -> set[str]:
-        return await self._within(self._inner.metric_names(candidates, start, end), None)
+    async def metric_names(
+        self, candidates: Collection[str], start: datetime, end: datetime, where: Sequence[str] = ()
+    ) -> set[str]:
+        return await self._within(self._inner.metric_names(candidates, start, end, where), None)
 
     async def metadata(self, names: Collection[str]) -> dict[str, str] | None:
         return await self._within(declared_types(self._inner, names), None)

@@ -11,7 +11,7 @@ round: nothing here expires.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Collection, Hashable
+from collections.abc import Awaitable, Callable, Collection, Hashable, Sequence
 from datetime import datetime
 from typing import Any, TypeVar, cast
 
@@ -32,9 +32,11 @@ class MemoSource:
         # A copy: an asker that edits its answer must not edit another tree's.
         return Samples(found, warnings_of(found)) if isinstance(found, Samples) else list(found)
 
-    async def metric_names(self, candidates: Collection[str], start: datetime, end: datetime) -> set[str]:
-        key = ("metric_names", frozenset(candidates), start, end)
-        return set(await self._once(key, lambda: self._inner.metric_names(candidates, start, end)))
+    async def metric_names(
+        self, candidates: Collection[str], start: datetime, end: datetime, where: Sequence[str] = ()
+    ) -> set[str]:
+        key = ("metric_names", frozenset(candidates), start, end, tuple(where))
+        return set(await self._once(key, lambda: self._inner.metric_names(candidates, start, end, where)))
 
     async def metadata(self, names: Collection[str]) -> dict[str, str] | None:
         found = await self._once(("metadata", frozenset(names)), lambda: declared_types(self._inner, names))

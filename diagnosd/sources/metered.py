@@ -7,7 +7,7 @@ look at everything (a target missing from a complete answer is gone; from a fail
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from datetime import datetime
 
 from diagnosd.errors import SourceError
@@ -33,10 +33,12 @@ class MeteredSource:
         self._done("query", start, None)
         return samples
 
-    async def metric_names(self, candidates: Collection[str], start: datetime, end: datetime) -> set[str]:
+    async def metric_names(
+        self, candidates: Collection[str], start: datetime, end: datetime, where: Sequence[str] = ()
+    ) -> set[str]:
         began = time.perf_counter()
         try:
-            names = await self._inner.metric_names(candidates, start, end)
+            names = await self._inner.metric_names(candidates, start, end, where)
         except SourceError as error:
             self._done("metric_names", began, error)
             raise

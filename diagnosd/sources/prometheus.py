@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Awaitable, Callable, Collection, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
@@ -85,10 +85,12 @@ class PrometheusSource:
         data = await self._call("POST", "/api/v1/query", promql, data=form)
         return _samples(data, self._url("/api/v1/query"), promql)
 
-    async def metric_names(self, candidates: Collection[str], start: datetime, end: datetime) -> set[str]:
+    async def metric_names(
+        self, candidates: Collection[str], start: datetime, end: datetime, where: Sequence[str] = ()
+    ) -> set[str]:
         if not candidates:
             return set()
-        selector = '{__name__=~"' + "|".join(sorted(candidates)) + '"}'
+        selector = "{" + ", ".join(['__name__=~"' + "|".join(sorted(candidates)) + '"', *where]) + "}"
         params = {"match[]": selector, "start": _unix(start), "end": _unix(end)}
         data = await self._call("GET", "/api/v1/label/__name__/values", None, params=params)
         if not isinstance(data, list) or not all(isinstance(n, str) for n in data):

@@ -46,15 +46,16 @@ TREE = Tree.model_validate(
 )
 
 
-def gauge(name: str, pod: str, value: float) -> Series:
-    return Series(name, {"namespace": "prod", "pod": pod}, [(START + 15 * i, value) for i in range(41)])
+def gauge(name: str, pod: str, value: float, **labels: str) -> Series:
+    return Series(name, {"namespace": "prod", "pod": pod, **labels}, [(START + 15 * i, value) for i in range(41)])
 
 
-def checks(url: str) -> dict[str, CheckResult]:
+def checks(url: str, scope: Scope | None = None, strict: tuple[str, ...] = ()) -> dict[str, CheckResult]:
     async def run() -> dict[str, CheckResult]:
         config = PrometheusConfig(url=url, timeout=10.0)
         async with config.client() as client:
-            diagnosis = await Evaluator(PrometheusSource(config, client)).diagnose(TREE, Scope(), AT)
+            evaluator = Evaluator(PrometheusSource(config, client), strict_labels=strict)
+            diagnosis = await evaluator.diagnose(TREE, scope or Scope(), AT)
         return {t.labels["pod"]: t.checks[0] for t in diagnosis.targets}
 
     return asyncio.run(run())
@@ -79,3 +80,62 @@ def test_without_kube_state_metrics_a_restart_count_is_unknown_not_zero(start_pr
     assert only.verdict is Verdict.UNKNOWN
     assert only.reason is Reason.METRIC_ABSENT
     assert "kube_pod_container_status_restarts_total" in (only.detail or "")
+
+
+def test_an_exporter_missing_from_one_cluster_of_a_shared_store_is_missing_there(
+    start_prometheus: StartPrometheus,
+) -> None:
+    # One store for two clusters (the strict `cluster` label on every series): kube-state-metrics
+    # runs in "eu" only. In "us" a restart count cannot be read, whatever "eu" has.
+    prom = start_prometheus(
+        [
+            gauge("vllm:num_requests_running", "vllm-0", 10, cluster="eu"),
+            gauge("kube_pod_container_status_restarts_total", "vllm-0", 0, cluster="eu"),
+            gauge("vllm:num_requests_running", "vllm-0", 10, cluster="us"),
+        ]
+    )
+    (us,) = checks(prom.url, Scope.of({"cluster": "us"}), strict=("cluster",)).values()
+    assert (us.verdict, us.reason) == (Verdict.UNKNOWN, Reason.METRIC_ABSENT)
+    (eu,) = checks(prom.url, Scope.of({"cluster": "eu"}), strict=("cluster",)).values()
+    assert eu.verdict is Verdict.CLEAR
+
+
+def test_a_hostile_strict_label_value_scopes_name_discovery_to_exactly_that_value(
+    start_prometheus: StartPrometheus,
+) -> None:
+    # Quotes, a backslash, a newline, a brace and non-ASCII in the strict value: the discovery
+    # selector must quote it as the queries do, or names read missing (or the request fails).
+    hostile = 'eu "west"\\1}\nü'
+    prom = start_prometheus(
+        [
+            gauge("vllm:num_requests_running", "vllm-0", 10, cluster=hostile),
+            gauge("kube_pod_container_status_restarts_total", "vllm-0", 0, cluster=hostile),
+            gauge("vllm:num_requests_running", "vllm-0", 10, cluster='eu "west"'),
+        ]
+    )
+    (found,) = checks(prom.url, Scope.of({"cluster": hostile}), strict=("cluster",)).values()
+    assert found.verdict is Verdict.CLEAR
+    # A prefix of the hostile value is another cluster, without kube-state-metrics.
+    (other,) = checks(prom.url, Scope.of({"cluster": 'eu "west"'}), strict=("cluster",)).values()
+    assert (other.verdict, other.reason) == (Verdict.UNKNOWN, Reason.METRIC_ABSENT)
+
+
+def test_a_lenient_scope_label_does_not_narrow_name_discovery(start_prometheus: StartPrometheus) -> None:
+    # Only strict labels (on every series) scope the names. `namespace` is lenient: series of
+    # the same metric outside it (node or exporter series carry other namespaces) still count, so
+    # the discovery is the store's, as before strict scoping existed.
+    prom = start_prometheus(
+        [
+            gauge("vllm:num_requests_running", "vllm-0", 10, cluster="eu"),
+            Series(
+                "kube_pod_container_status_restarts_total",
+                {"namespace": "kube-system", "pod": "coredns-0", "cluster": "eu"},
+                [(START + 15 * i, 0) for i in range(41)],
+            ),
+        ]
+    )
+    scope = Scope.of({"cluster": "eu", "namespace": "prod"})
+    (eu,) = checks(prom.url, scope, strict=("cluster",)).values()
+    # kube-state-metrics runs in "eu" (it exports kube-system's pods): vllm-0 has no restart series,
+    # so it restarted 0 times.
+    assert eu.verdict is Verdict.CLEAR

@@ -9,7 +9,7 @@ from typing import Any
 from diagnosd.engine import Evaluator
 from diagnosd.findings import Reason, Verdict
 from diagnosd.findings.lifecycle import Observed
-from diagnosd.findings.observe import observe
+from diagnosd.findings.observe import observe, observe_target
 from diagnosd.sources.base import Sample, Samples
 from diagnosd.trees.model import Tree
 from tests.engine.fakes import FakeSource, samples
@@ -246,3 +246,131 @@ async def test_a_partial_detect_is_unknown_when_it_would_be_clear() -> None:
     assert target.detect.reason is Reason.PARTIAL
     assert target.root_causes == ()
     assert [c.cause for c in target.possible_causes] == ["a"]
+
+
+# --------------------------------------------------------------- causes an unchecked cause would explain
+
+
+async def test_a_cause_that_an_unchecked_cause_would_explain_is_possible_not_a_root_cause() -> None:
+    # The prompts could not be read (their exporter is missing): the steps x20 may be theirs.
+    source = FakeSource({"ttft": samples({"p": 5}), "steps": by_time(2000, 100)}, present={"ttft", "steps"})
+    target = (await diagnose(tree(BATCH, PROMPTS), source)).targets[0]
+    checks = {c.id: c.verdict for c in target.checks}
+    assert checks == {"batch_too_large": Verdict.MATCHED, "prompt_inflation": Verdict.UNKNOWN}
+    assert target.symptom_present is True
+    assert target.root_causes == ()
+    [possible] = target.possible_causes
+    assert (possible.cause, possible.unsettled_by) == ("batch_too_large", ("prompt_inflation",))
+    # Nothing is raised for it, and nothing reads clear: both are unknown to the findings.
+    seen = {o.cause: o.seen for o in observe_target("ttft_high", target)}
+    assert seen == {"batch_too_large": Observed.UNKNOWN, "prompt_inflation": Observed.UNKNOWN}
+
+
+async def test_an_unchecked_check_below_an_unknown_gate_still_leaves_the_cause_possible() -> None:
+    gated = check(
+        "gpu_busy",
+        "util",
+        {"above": 90},
+        children=[ratio("contention", "prefill", conclusion=conclusion("contention", explains=["batch_too_large"]))],
+    )
+    source = FakeSource(
+        {"ttft": samples({"p": 5}), "steps": by_time(2000, 100), "prefill": by_time(4000, 1000)},
+        present={"ttft", "steps", "prefill"},
+    )
+    target = (await diagnose(tree(gated, BATCH), source)).targets[0]
+    assert {c.id: c.verdict for c in target.checks}["contention"] is Verdict.SKIPPED
+    assert [(c.cause, c.unsettled_by) for c in target.possible_causes] == [("batch_too_large", ("contention",))]
+    assert target.root_causes == ()
+
+
+async def test_a_refinement_that_could_not_be_checked_leaves_the_cause_above_it_a_root_cause() -> None:
+    # "Why did hits drop?" unknown says nothing against the drop itself: it would only refine it.
+    drop = check(
+        "hit_drop",
+        "hits",
+        {"ratio_below": 0.7, "baseline": "1d"},
+        conclusion=conclusion("hit_drop"),
+        children=[check("dynamic", "radix", {"above": 0.5}, conclusion=conclusion("dynamic", explains=["hit_drop"]))],
+    )
+    source = FakeSource({"ttft": samples({"p": 5}), "hits": by_time(0.1, 0.6)}, present={"ttft", "hits"})
+    target = (await diagnose(tree(drop), source)).targets[0]
+    assert {c.id: c.verdict for c in target.checks}["dynamic"] is Verdict.UNKNOWN
+    assert [c.cause for c in target.root_causes] == ["hit_drop"]
+    assert target.possible_causes == ()
+
+
+async def test_a_less_severe_unchecked_cause_never_holds_back_a_critical_one() -> None:
+    critical = ratio("batch_too_large", "steps", conclusion=conclusion("batch_too_large", severity="critical"))
+    source = FakeSource({"ttft": samples({"p": 5}), "steps": by_time(2000, 100)}, present={"ttft", "steps"})
+    target = (await diagnose(tree(critical, PROMPTS), source)).targets[0]
+    assert [c.cause for c in target.root_causes] == ["batch_too_large"]
+    assert target.possible_causes == ()
+
+
+async def test_a_matched_explaining_cause_makes_a_consequence_whatever_else_is_unchecked() -> None:
+    # The contention is matched and explains the steps; the unknown prompts would explain the steps
+    # too, which changes nothing: the steps are a consequence either way.
+    contention = ratio("contention", "prefill", conclusion=conclusion("contention", explains=["batch_too_large"]))
+    prompts = ratio(
+        "prompt_inflation", "prompts", conclusion=conclusion("prompt_inflation", explains=["batch_too_large"])
+    )
+    source = FakeSource(
+        {"ttft": samples({"p": 5}), "steps": by_time(2000, 100), "prefill": by_time(4000, 1000)},
+        present={"ttft", "steps", "prefill"},
+    )
+    target = (await diagnose(tree(contention, BATCH, prompts), source)).targets[0]
+    assert [c.cause for c in target.root_causes] == ["contention"]
+    assert [c.cause for c in target.consequences] == ["batch_too_large"]
+    assert target.possible_causes == ()
+
+
+# ----------------------------------------------------- review: what an unchecked cause may hold back
+
+
+async def test_an_unchecked_explainer_holds_back_only_what_it_would_explain_if_matched() -> None:
+    # A sized explanation needs the explained change's size: a cause read from a plain threshold
+    # (slots near a configured limit) has none, so even a matched explainer leaves it a root cause.
+    # Unchecked, the same explainer cannot do more than it would matched.
+    context = ratio(
+        "kv_read_growth",
+        "context",
+        conclusion=conclusion("kv_read_growth", explains=[{"cause": "slots_full", "slack": "$slack"}]),
+    )
+    slots = check("slots_full", "running", {"above": 0.9}, conclusion=conclusion("slots_full"))
+    matched = FakeSource({"ttft": samples({"p": 5}), "running": samples({"p": 0.95}), "context": by_time(3000, 1000)})
+    target = (await diagnose(tree(context, slots), matched)).targets[0]
+    assert {c.cause for c in target.root_causes} == {"kv_read_growth", "slots_full"}
+    unchecked = FakeSource({"ttft": samples({"p": 5}), "running": samples({"p": 0.95})}, present={"ttft", "running"})
+    target = (await diagnose(tree(context, slots), unchecked)).targets[0]
+    assert {c.id: c.verdict for c in target.checks}["kv_read_growth"] is Verdict.UNKNOWN
+    assert [c.cause for c in target.root_causes] == ["slots_full"]
+    assert target.possible_causes == ()
+
+
+async def test_a_young_target_keeps_a_cause_it_measures_now_when_only_the_explainer_lacks_history() -> None:
+    # queue_backlog on a pod started 40 minutes ago: the queue and the full KV pool are read now
+    # (no baseline), the long-request check compares with yesterday and has nothing to compare.
+    # "No history" is not a doubt about the pool: it stays the root cause, and a finding is raised.
+    long_requests = check(
+        "long_requests_hogging",
+        "prompt_tail",
+        {"delta_above": 15000, "baseline": "1d"},
+        conclusion=conclusion("long_requests_hogging", explains=["kv_pool_full"]),
+    )
+    kv = check("kv_pool_full", "kv_usage", {"above": 0.9}, conclusion=conclusion("kv_pool_full"))
+    source = FakeSource(
+        {
+            "ttft": samples({"p": 5}),
+            "kv_usage": samples({"p": 0.97}),
+            "prompt_tail": lambda at: samples({"p": 500}) if at == AT else [],
+        }
+    )
+    target = (await diagnose(tree(kv, long_requests), source)).targets[0]
+    checks = {c.id: c for c in target.checks}
+    assert (checks["long_requests_hogging"].verdict, checks["long_requests_hogging"].reason) == (
+        Verdict.UNKNOWN,
+        Reason.NO_BASELINE,
+    )
+    assert [c.cause for c in target.root_causes] == ["kv_pool_full"]
+    seen = {o.cause: o.seen for o in observe_target("ttft_high", target)}
+    assert seen["kv_pool_full"] is Observed.HOLDS

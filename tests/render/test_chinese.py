@@ -9,7 +9,7 @@ metric, label and param names, label values, flags, paths, units, numbers, produ
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -75,7 +75,9 @@ class EveryQuery(FakeSource):
 
         return [Sample(labels(1), 5e5 if now else 1.0), Sample(labels(2), 0.0 if now else 1.0), Sample(labels(3), NAN)]
 
-    async def metric_names(self, candidates: object, start: datetime, end: datetime) -> set[str]:
+    async def metric_names(
+        self, candidates: object, start: datetime, end: datetime, where: Sequence[str] = ()
+    ) -> set[str]:
         return {name for name in candidates if not name.startswith(self.absent)}  # type: ignore[attr-defined]
 
 

@@ -41,3 +41,24 @@ def test_an_unknown_symptom_says_its_causes_are_not_established() -> None:
     data = render_json.target(t)
     assert data["root_causes"] == []
     assert [c["cause"] for c in data["possible_causes"]] == ["quota_missing"]
+
+
+def test_a_cause_an_unchecked_cause_would_explain_names_what_could_not_be_checked() -> None:
+    checks = [
+        check("batch_too_large", Verdict.MATCHED, 4.8, "batch_too_large"),
+        check("gpu_compute_contention", Verdict.SKIPPED, None, "gpu_compute_contention"),
+    ]
+    possible = replace(cause("batch_too_large"), unsettled_by=("gpu_compute_contention",))
+    t = replace(target("vllm-0", True, checks), possible_causes=(possible,))
+    text = render(diagnosis(t), "en")
+    assert "possible causes (each may be a consequence of a check that could not run):" in text
+    assert (
+        "1. batch_too_large [warning] batch_too_large title — not a root cause until these are checked "
+        "(it may be their consequence): gpu_compute_contention"
+    ) in text
+    # Neither a root cause nor "nothing found".
+    assert "root causes, most likely first" not in text
+    assert "no root cause found" not in text
+    data = render_json.target(t)
+    assert data["root_causes"] == []
+    assert data["possible_causes"][0]["unsettled_by"] == ["gpu_compute_contention"]

@@ -6,7 +6,7 @@ what matters is how its HTTP answers are told apart."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from datetime import UTC, datetime
 
 import httpx
@@ -63,7 +63,9 @@ class Scripted:
             raise self.answer
         return self.answer
 
-    async def metric_names(self, candidates: Collection[str], start: datetime, end: datetime) -> set[str]:
+    async def metric_names(
+        self, candidates: Collection[str], start: datetime, end: datetime, where: Sequence[str] = ()
+    ) -> set[str]:
         await self.query("names", start)
         return set(candidates)
 

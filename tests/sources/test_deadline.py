@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -39,10 +39,12 @@ class Hanging(FakeSource):
             await asyncio.get_running_loop().create_future()
         return await super().query(promql, at)
 
-    async def metric_names(self, candidates: Collection[str], start: datetime, end: datetime) -> set[str]:
+    async def metric_names(
+        self, candidates: Collection[str], start: datetime, end: datetime, where: Sequence[str] = ()
+    ) -> set[str]:
         if self.names_hang:
             await asyncio.get_running_loop().create_future()
-        return await super().metric_names(candidates, start, end)
+        return await super().metric_names(candidates, start, end, where)
 
     async def metadata(self, names: Collection[str]) -> dict[str, str] | None:
         return None  # no metadata to ask: names without series stay absent

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -36,7 +36,9 @@ class Recorder:
             raise SourceTimeout("timed out", url="http://prometheus", query=promql)
         return Samples([Sample({"pod": "p"}, float(len(self.queries)))], ["partial"])
 
-    async def metric_names(self, candidates: Collection[str], start: datetime, end: datetime) -> set[str]:
+    async def metric_names(
+        self, candidates: Collection[str], start: datetime, end: datetime, where: Sequence[str] = ()
+    ) -> set[str]:
         self.names.append(frozenset(candidates))
         return set(candidates)
 

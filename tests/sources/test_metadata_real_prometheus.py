@@ -12,7 +12,7 @@ import asyncio
 import http.server
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 
 import httpx
@@ -116,8 +116,10 @@ class WithoutMetadata:
     async def query(self, promql: str, at: datetime) -> list[Sample]:
         return await self._inner.query(promql, at)
 
-    async def metric_names(self, candidates: object, start: datetime, end: datetime) -> set[str]:
-        return await self._inner.metric_names(candidates, start, end)  # type: ignore[arg-type]
+    async def metric_names(
+        self, candidates: object, start: datetime, end: datetime, where: Sequence[str] = ()
+    ) -> set[str]:
+        return await self._inner.metric_names(candidates, start, end, where)  # type: ignore[arg-type]
 
 
 def test_a_declared_counter_without_series_is_zero_not_absent(start_prometheus: StartPrometheus, exporter: str) -> None:
