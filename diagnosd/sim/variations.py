@@ -333,7 +333,10 @@ class Dips:
                 out[key] = (times, values)
                 continue
             stream = noise.stream(self.seed, "dips", key[0], key[1])
-            spacing = sorted(b - a for a, b in itertools.pairwise(times))[len(times) // 2]
+            # Each stored sample is one scrape, wherever it lies: the chance that a scrape dips is
+            # per_hour × the scrape interval (the closest spacing; history far back is stored
+            # sparsely, so a median spacing of an hour would dip every sample of a week-long series).
+            spacing = min((b - a for a, b in itertools.pairwise(times) if b > a), default=0.0)
             chance = self.per_hour * spacing / 3600.0
             dipped = array("d", values)
             for i, t in enumerate(times):

@@ -237,3 +237,15 @@ def test_kube_prometheus_stack_node_labels_name_every_node_of_the_fleet(fleet: t
     assert {dict(labels)["instance"] for name, labels in ips if name.startswith("node_")} == {
         f"{ip}:9100" for ip in cluster.node_ips.values()
     }
+
+
+def test_dips_are_sized_per_scrape_where_history_far_back_is_sparse() -> None:
+    # A week-long series as the drills store it: a sample an hour far back, then 15 s scrapes.
+    sparse = [3600.0 * i for i in range(166)]
+    dense = [sparse[-1] + 3600.0 + 15.0 * i for i in range(100)]
+    times = sparse + dense
+    series: Series = {("DCGM_FI_DEV_SM_CLOCK", DCGM): pts([1980.0] * len(times), times)}
+    out = Dips(1.0, seed=2).apply(series, CLUSTER)
+    low = [t for t, v in zip(times, out[("DCGM_FI_DEV_SM_CLOCK", DCGM)][1], strict=True) if v < 1980.0]
+    # About one an hour of scrapes: 266 samples at 15 s apiece make a few at most, not half of them.
+    assert len(low) <= 5
