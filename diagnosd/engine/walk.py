@@ -7,8 +7,9 @@ An explanation holds only where the explaining cause is at least as severe, was 
 partial answer alone while the explained one was fully seen, and (with `slack`) is large enough.
 
 A matched cause that a cause the walk could not settle (its check unknown, or skipped under an
-unknown check: an exporter missing, say) would explain is not established either way: it is a
-possible cause, naming what could not be checked, never a root cause that may be a consequence.
+unknown check: an exporter missing, say) would explain with a size check is not established
+either way: it is a possible cause, naming what could not be checked, never a root cause that may
+be a consequence.
 """
 
 from __future__ import annotations
@@ -317,9 +318,15 @@ def rank(
                 and name not in matched
                 and explained not in doubt.above
                 and SEVERITY_ORDER[doubt.severity] <= _rank_key(other)[0]
-                # Never more than it could do matched: a sized explanation of a cause without a
-                # change of its own (a plain threshold) does not hold.
-                and not (slack is not None and _change(other) is None)
+                # Only a sized explanation: it ties the explained change to the size the unchecked
+                # cause would produce (the bigger steps of a contended GPU), so all of it may be that
+                # cause's doing. An unsized one ("whenever both hold") would make a cause with an
+                # optional explainer unreportable wherever that explainer's metrics are not exported
+                # (SGLang without its prompt histogram never naming a full KV pool). And never more
+                # than it could do matched: a sized explanation of a cause without a change of its
+                # own (a plain threshold) does not hold.
+                and slack is not None
+                and _change(other) is not None
                 # Without history nothing is new, yet a cause read from the present alone holds.
                 and not (doubt.reason in _HISTORY and not _against_baseline(other))
             ):

@@ -252,9 +252,15 @@ async def test_a_partial_detect_is_unknown_when_it_would_be_clear() -> None:
 
 
 async def test_a_cause_that_an_unchecked_cause_would_explain_is_possible_not_a_root_cause() -> None:
-    # The prompts could not be read (their exporter is missing): the steps x20 may be theirs.
+    # The prompts could not be read (their exporter is missing): the steps x20 may be theirs, by
+    # the size the prompts' change would have to have (a sized explanation).
+    prompts = ratio(
+        "prompt_inflation",
+        "prompts",
+        conclusion=conclusion("prompt_inflation", explains=[{"cause": "batch_too_large", "slack": "$slack"}]),
+    )
     source = FakeSource({"ttft": samples({"p": 5}), "steps": by_time(2000, 100)}, present={"ttft", "steps"})
-    target = (await diagnose(tree(BATCH, PROMPTS), source)).targets[0]
+    target = (await diagnose(tree(BATCH, prompts), source)).targets[0]
     checks = {c.id: c.verdict for c in target.checks}
     assert checks == {"batch_too_large": Verdict.MATCHED, "prompt_inflation": Verdict.UNKNOWN}
     assert target.symptom_present is True
@@ -271,7 +277,13 @@ async def test_an_unchecked_check_below_an_unknown_gate_still_leaves_the_cause_p
         "gpu_busy",
         "util",
         {"above": 90},
-        children=[ratio("contention", "prefill", conclusion=conclusion("contention", explains=["batch_too_large"]))],
+        children=[
+            ratio(
+                "contention",
+                "prefill",
+                conclusion=conclusion("contention", explains=[{"cause": "batch_too_large", "slack": "$slack"}]),
+            )
+        ],
     )
     source = FakeSource(
         {"ttft": samples({"p": 5}), "steps": by_time(2000, 100), "prefill": by_time(4000, 1000)},
@@ -374,3 +386,24 @@ async def test_a_young_target_keeps_a_cause_it_measures_now_when_only_the_explai
     assert [c.cause for c in target.root_causes] == ["kv_pool_full"]
     seen = {o.cause: o.seen for o in observe_target("ttft_high", target)}
     assert seen["kv_pool_full"] is Observed.HOLDS
+
+
+async def test_an_unsized_explainer_whose_metrics_are_not_exported_holds_nothing_back() -> None:
+    # SGLang without --collect-tokens-histogram: the long-request check has no metric at all. A full
+    # KV pool with a queue is still the root cause (a finding), not a possible one.
+    long_requests = check(
+        "long_requests_hogging",
+        "prompt_tail",
+        {"delta_above": 15000, "baseline": "1d"},
+        conclusion=conclusion("long_requests_hogging", explains=["kv_pool_full"]),
+    )
+    kv = check("kv_pool_full", "kv_usage", {"above": 0.9}, conclusion=conclusion("kv_pool_full"))
+    source = FakeSource({"ttft": samples({"p": 5}), "kv_usage": samples({"p": 0.97})}, present={"ttft", "kv_usage"})
+    target = (await diagnose(tree(kv, long_requests), source)).targets[0]
+    checks = {c.id: c for c in target.checks}
+    assert (checks["long_requests_hogging"].verdict, checks["long_requests_hogging"].reason) == (
+        Verdict.UNKNOWN,
+        Reason.METRIC_ABSENT,
+    )
+    assert [c.cause for c in target.root_causes] == ["kv_pool_full"]
+    assert target.possible_causes == ()

@@ -966,7 +966,7 @@ def test_partial_match_does_not_explain_a_full_match_away() -> None:
     # match, seen only with a store missing, must not do it.
     partial = _cause("autoscaling_lagging", warnings=("store eu-1 unavailable",))
     full = _cause("kv_pool_full")
-    roots, consequences = rank([partial, full], {"autoscaling_lagging": [("kv_pool_full", None)]})
+    roots, consequences, _ = rank([partial, full], {"autoscaling_lagging": [("kv_pool_full", None)]})
     assert "kv_pool_full" in [c.cause for c in roots]
     assert consequences == ()
 
@@ -975,7 +975,7 @@ def test_partial_match_explains_another_partial_one() -> None:
     # Both seen with the same store missing: the explanation stands (nothing fully observed is hidden).
     partial = _cause("autoscaling_lagging", warnings=("store eu-1 unavailable",))
     other = _cause("kv_pool_full", warnings=("store eu-1 unavailable",))
-    roots, consequences = rank([partial, other], {"autoscaling_lagging": [("kv_pool_full", None)]})
+    roots, consequences, _ = rank([partial, other], {"autoscaling_lagging": [("kv_pool_full", None)]})
     assert [c.cause for c in roots] == ["autoscaling_lagging"]
     assert [c.cause for c in consequences] == ["kv_pool_full"]
 
@@ -983,7 +983,7 @@ def test_partial_match_explains_another_partial_one() -> None:
 def test_a_less_severe_cause_never_explains_a_more_severe_one_at_run_time() -> None:
     # Whatever a declaration says (trees from elsewhere, a param override), the critical cause stays a root.
     crc, link = _cause("switch_crc_errors", "warning"), _cause("ib_link_down", "critical")
-    roots, consequences = rank([crc, link], {"switch_crc_errors": [("ib_link_down", None)]})
+    roots, consequences, _ = rank([crc, link], {"switch_crc_errors": [("ib_link_down", None)]})
     assert [c.cause for c in roots] == ["ib_link_down", "switch_crc_errors"]
     assert consequences == ()
 
