@@ -17,7 +17,7 @@ from diagnosd.engine.fleet import fleet_results
 from diagnosd.engine.judge import Answer, Key, Question
 from diagnosd.engine.rewrite import ScopeMatcher, rewrite, strict_matcher
 from diagnosd.engine.scope import Scope
-from diagnosd.engine.walk import diagnose_target, explanations
+from diagnosd.engine.walk import diagnose_target, explanations, severities
 from diagnosd.errors import QueryRejected, SourceError
 from diagnosd.findings.model import Diagnosis, NodeKind
 from diagnosd.moments import Clock, utc_now
@@ -125,8 +125,8 @@ class Evaluator:
             if isinstance(node, CheckNode)
         }
         contexts["detect"] = [(c.id, answers[(resolved[f"detect.{c.id}"].query, at)]) for c in tree.detect.context]
-        explains = explanations(tree, values)
-        results = tuple(diagnose_target(tree, key, questions, traffic, contexts, explains) for key in targets)
+        explains, causes = explanations(tree, values), severities(tree)
+        results = tuple(diagnose_target(tree, key, questions, traffic, contexts, explains, causes) for key in targets)
         fleet = fleet_results(tree, questions, contexts)
         notes.extend(_partial_notes(jobs, answers))
         return Diagnosis(

@@ -349,14 +349,17 @@ def diagnose_target(
     traffic: tuple[Answer, float] | None,
     contexts: Mapping[str, Sequence[tuple[str, Answer]]],
     explains: Explanations | None = None,
+    causes: Mapping[str, Severity] | None = None,
 ) -> TargetDiagnosis:
+    """One target's walk. `explains` (explanations) and `causes` (severities) are facts of the tree:
+    a caller walking many targets computes them once; without them they are computed here."""
     detect_q = questions["detect"]
     detected = judge(detect_q, key, context_values(contexts.get("detect", ()), key))
     detect = result(detect_q, detected, 0, None, None)
     present = {Verdict.MATCHED: True, Verdict.CLEAR: False}.get(detected.verdict)
     state = _Walk(key, questions, traffic, contexts)
     state.nodes(tree.nodes, 1, None, True, ())
-    doubts = unsettled(state.results, severities(tree))
+    doubts = unsettled(state.results, severities(tree) if causes is None else causes)
     roots, consequences, undecided = rank(state.causes, explanations(tree) if explains is None else explains, doubts)
     # A cause is only a cause of a symptom that is there; where the symptom could not be
     # established, the matched branches would explain it ("possible"), and nothing is raised.

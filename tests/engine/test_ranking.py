@@ -336,6 +336,16 @@ async def test_a_matched_explaining_cause_makes_a_consequence_whatever_else_is_u
     assert target.possible_causes == ()
 
 
+# queue_backlog's pair: long requests (against yesterday) explain a full KV pool (read now), unsized.
+LONG_REQUESTS = check(
+    "long_requests_hogging",
+    "prompt_tail",
+    {"delta_above": 15000, "baseline": "1d"},
+    conclusion=conclusion("long_requests_hogging", explains=["kv_pool_full"]),
+)
+KV_FULL = check("kv_pool_full", "kv_usage", {"above": 0.9}, conclusion=conclusion("kv_pool_full"))
+
+
 # ----------------------------------------------------- review: what an unchecked cause may hold back
 
 
@@ -363,13 +373,6 @@ async def test_a_young_target_keeps_a_cause_it_measures_now_when_only_the_explai
     # queue_backlog on a pod started 40 minutes ago: the queue and the full KV pool are read now
     # (no baseline), the long-request check compares with yesterday and has nothing to compare.
     # "No history" is not a doubt about the pool: it stays the root cause, and a finding is raised.
-    long_requests = check(
-        "long_requests_hogging",
-        "prompt_tail",
-        {"delta_above": 15000, "baseline": "1d"},
-        conclusion=conclusion("long_requests_hogging", explains=["kv_pool_full"]),
-    )
-    kv = check("kv_pool_full", "kv_usage", {"above": 0.9}, conclusion=conclusion("kv_pool_full"))
     source = FakeSource(
         {
             "ttft": samples({"p": 5}),
@@ -377,7 +380,7 @@ async def test_a_young_target_keeps_a_cause_it_measures_now_when_only_the_explai
             "prompt_tail": lambda at: samples({"p": 500}) if at == AT else [],
         }
     )
-    target = (await diagnose(tree(kv, long_requests), source)).targets[0]
+    target = (await diagnose(tree(KV_FULL, LONG_REQUESTS), source)).targets[0]
     checks = {c.id: c for c in target.checks}
     assert (checks["long_requests_hogging"].verdict, checks["long_requests_hogging"].reason) == (
         Verdict.UNKNOWN,
@@ -391,15 +394,8 @@ async def test_a_young_target_keeps_a_cause_it_measures_now_when_only_the_explai
 async def test_an_unsized_explainer_whose_metrics_are_not_exported_holds_nothing_back() -> None:
     # SGLang without --collect-tokens-histogram: the long-request check has no metric at all. A full
     # KV pool with a queue is still the root cause (a finding), not a possible one.
-    long_requests = check(
-        "long_requests_hogging",
-        "prompt_tail",
-        {"delta_above": 15000, "baseline": "1d"},
-        conclusion=conclusion("long_requests_hogging", explains=["kv_pool_full"]),
-    )
-    kv = check("kv_pool_full", "kv_usage", {"above": 0.9}, conclusion=conclusion("kv_pool_full"))
     source = FakeSource({"ttft": samples({"p": 5}), "kv_usage": samples({"p": 0.97})}, present={"ttft", "kv_usage"})
-    target = (await diagnose(tree(kv, long_requests), source)).targets[0]
+    target = (await diagnose(tree(KV_FULL, LONG_REQUESTS), source)).targets[0]
     checks = {c.id: c for c in target.checks}
     assert (checks["long_requests_hogging"].verdict, checks["long_requests_hogging"].reason) == (
         Verdict.UNKNOWN,
