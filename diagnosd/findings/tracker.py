@@ -4,14 +4,15 @@ to the store, and the active findings and latest target states stay in memory fo
 Synchronous on purpose: every update of memory and store happens without an await in between,
 so rounds and alert workers sharing the event loop cannot interleave on one finding. Replicas on one
 database cannot interleave either: each update reads the findings it changes from the store, in the
-transaction that writes them, holding the findings turn (Store.writing). What is kept in memory
-(what the collector exports) is read again whole by `reload`, when this replica takes over.
+transaction that writes them, holding the findings turn (Store.writing); a batch (`record_many`,
+the alerts of a coalesced storm) is one such transaction. What is kept in memory (what the
+collector exports) is read again whole by `reload`, when this replica takes over.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import replace
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from diagnosd.findings.fingerprint import fingerprint, labels_key
@@ -25,6 +26,16 @@ Transition = Callable[[State], None]
 # Asked inside the transaction that writes a diagnosis: whether it may be written (the alert state
 # is still this replica's, marked done in the same transaction).
 Claim = Callable[[], bool]
+
+
+@dataclass(frozen=True)
+class Recording:
+    """One diagnosis for `Tracker.record_many`, with what `record` takes beside it."""
+
+    diagnosis: Diagnosis
+    alert: str | None = None
+    complete_scope: Mapping[str, str] | None = None
+    claim: Claim | None = None
 
 
 class Tracker:
@@ -65,13 +76,52 @@ class Tracker:
         so an active finding on a target it no longer saw is resolved as gone. `claim`: asked
         first, in the same transaction; when it says no, nothing is written (returns []).
         """
-        with self._store.writing():
-            if claim is not None and not claim():
-                return []
+        [changed] = self.record_many(
+            [Recording(diagnosis, alert, complete_scope, claim)], trigger=trigger, now=now, for_=for_
+        )
+        return changed
+
+    def record_many(
+        self, recordings: Sequence[Recording], *, trigger: Trigger, now: datetime, for_: timedelta
+    ) -> list[list[Finding]]:
+        """Apply many diagnoses in one transaction, in order, each after its own claim: what
+        `record` for each in sequence does, committed once. Returns each one's changed findings.
+
+        Nothing is kept in memory unless the whole transaction commits.
+        """
+        kept = dict(self._active), dict(self._states)
+        try:
+            with self._store.writing():
+                # The turn is held to the end: no replica writes findings meanwhile, and what this
+                # one writes is mirrored in memory, so one read of each symptom's findings serves all.
+                refreshed: set[str] = set()
+                writes = _Writes()
+                changed = [self._record_within(r, trigger, now, for_, refreshed, writes) for r in recordings]
+                writes.flush(self._store)
+                return changed
+        except BaseException:
+            self._active, self._states = kept
+            raise
+
+    def _record_within(
+        self,
+        recording: Recording,
+        trigger: Trigger,
+        now: datetime,
+        for_: timedelta,
+        refreshed: set[str],
+        writes: _Writes,
+    ) -> list[Finding]:
+        diagnosis = recording.diagnosis
+        if recording.claim is not None and not recording.claim():
+            return []
+        if diagnosis.symptom not in refreshed:
             self._refresh(diagnosis.symptom)
-            changed, forgotten, states, removed = self._changes(diagnosis, trigger, now, for_, alert, complete_scope)
-            self._store.write(changed.values(), [(f.fingerprint, f.phase.active_at) for f in forgotten])
-            self._store.write_states(states, removed)
+            refreshed.add(diagnosis.symptom)
+        changed, forgotten, states, removed = self._changes(
+            diagnosis, trigger, now, for_, recording.alert, recording.complete_scope
+        )
+        writes.add(changed.values(), forgotten, states, removed)
         self._apply(changed, forgotten)
         for key in removed:
             self._states.pop(key, None)
@@ -202,6 +252,37 @@ class Tracker:
                 self._active[fp] = f
             else:
                 self._active.pop(fp, None)
+
+
+@dataclass
+class _Writes:
+    """What a batch writes, gathered into a few statements for the store: the last write of each
+    row wins (an upsert or a delete), as when each diagnosis is written in turn."""
+
+    findings: dict[tuple[str, datetime], Finding | None] = field(default_factory=dict)
+    states: dict[tuple[str, str], TargetState | None] = field(default_factory=dict)
+
+    def add(
+        self,
+        changed: Iterable[Finding],
+        forgotten: Iterable[Finding],
+        states: Iterable[TargetState],
+        removed: Iterable[tuple[str, str]],
+    ) -> None:
+        # In the order Store.write and write_states apply them: upserts, then deletes.
+        self.findings.update(((f.fingerprint, f.phase.active_at), f) for f in changed)
+        self.findings.update(((f.fingerprint, f.phase.active_at), None) for f in forgotten)
+        self.states.update((s.key, s) for s in states)
+        self.states.update((key, None) for key in removed)
+
+    def flush(self, store: Store) -> None:
+        store.write(
+            [f for f in self.findings.values() if f is not None],
+            [key for key, f in self.findings.items() if f is None],
+        )
+        store.write_states(
+            [s for s in self.states.values() if s is not None], [key for key, s in self.states.items() if s is None]
+        )
 
 
 def _within(f: Finding, scope: Mapping[str, str]) -> bool:

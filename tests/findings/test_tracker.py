@@ -3,17 +3,19 @@ resolution, and the memory of a restart (a new Tracker on the same store)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
-from diagnosd.findings.lifecycle import ResolvedBy, State, Trigger
+from diagnosd.findings.lifecycle import Finding, ResolvedBy, State, Trigger
 from diagnosd.findings.model import Verdict
 from diagnosd.findings.store import FindingQuery, Store
-from diagnosd.findings.tracker import Tracker
+from diagnosd.findings.target import TargetState
+from diagnosd.findings.tracker import Recording, Tracker
 from tests.findings.builders import AT, clear, diagnosis, fleetwide, holding, unknown
+from tests.postgres import LocalPostgres
 
 ZERO = timedelta(0)
 
@@ -149,3 +151,127 @@ def test_a_fleet_level_finding_fires_and_a_complete_round_does_not_call_it_gone(
         fleetwide(True, Verdict.CLEAR), trigger=Trigger.ROUND, now=end, for_=ZERO, complete_scope={}
     )
     assert [f.state for f in cleared] == [State.RESOLVED]
+
+
+# Many diagnoses in one transaction (an alert storm's parts), as the same recorded one by one.
+@pytest.fixture
+def twin(database_location: Path | str, request: pytest.FixtureRequest) -> Iterator[Store]:
+    """A second store on the same backend, a database of its own."""
+    if isinstance(database_location, Path):
+        location: Path | str = database_location.with_name("twin.db")
+    else:
+        server: LocalPostgres = request.getfixturevalue("postgres_server")
+        location = server.fresh_url()
+    opened = Store.open(location)
+    yield opened
+    opened.close()
+
+
+def storm(asked: list[int]) -> list[Recording]:
+    """The parts of a storm that meet what came before (pending on vllm-0, vllm-1): a finding
+    several alerts link, a claim refused, a pending one cleared, a second symptom, a complete
+    scope that finds vllm-0 gone, and vllm-0 back as a new episode."""
+
+    def claim(n: int) -> Callable[[], bool]:
+        def mine() -> bool:
+            asked.append(n)
+            return n != 2
+
+        return mine
+
+    parts = [
+        (diagnosis(holding("vllm-0")), None),
+        (diagnosis(holding("vllm-0")), None),
+        (diagnosis(holding("vllm-0"), clear("vllm-1")), None),
+        (diagnosis(holding("vllm-2"), symptom="kv_hit_low"), None),
+        (diagnosis(holding("vllm-2"), symptom="kv_hit_low"), None),
+        (diagnosis(holding("vllm-3")), {"namespace": "prod"}),
+        (diagnosis(clear("vllm-3")), None),
+        (diagnosis(holding("vllm-0")), None),
+    ]
+    return [Recording(d, f"a-{n}", scope, claim(n)) for n, (d, scope) in enumerate(parts, start=1)]
+
+
+def before(tracker: Tracker) -> None:
+    tracker.record(
+        diagnosis(holding("vllm-0"), holding("vllm-1")), trigger=Trigger.ALERT, now=AT, for_=HOLD, alert="a-0"
+    )
+
+
+HOLD, LATER = timedelta(minutes=1), AT + timedelta(minutes=2)
+
+
+def stored(store: Store) -> tuple[list[Finding], list[TargetState]]:
+    """Every episode and every target state the store holds, in one order."""
+    episodes = sorted(store.findings(FindingQuery(limit=1000)), key=lambda f: (f.fingerprint, f.phase.active_at))
+    return episodes, sorted(store.states(), key=lambda s: s.key)
+
+
+def test_a_batch_is_recorded_as_the_same_diagnoses_one_by_one(store: Store, twin: Store) -> None:
+    seen_one: list[State] = []
+    seen_many: list[State] = []
+    one, many = Tracker(store, seen_one.append), Tracker(twin, seen_many.append)
+    before(one)
+    before(many)
+    asked_one: list[int] = []
+    asked_many: list[int] = []
+    changed_one = [
+        one.record(
+            r.diagnosis,
+            trigger=Trigger.ALERT,
+            now=LATER,
+            for_=HOLD,
+            alert=r.alert,
+            complete_scope=r.complete_scope,
+            claim=r.claim,
+        )
+        for r in storm(asked_one)
+    ]
+    changed_many = many.record_many(storm(asked_many), trigger=Trigger.ALERT, now=LATER, for_=HOLD)
+    assert changed_many == changed_one
+    assert asked_many == asked_one == list(range(1, 9))
+    assert seen_many == seen_one
+    assert stored(twin) == stored(store)
+    assert many.active() == one.active() == Tracker(twin).active()
+    assert many.states(LATER, HOLD) == one.states(LATER, HOLD)
+    # What the storm did, so that two trackers doing nothing alike cannot pass.
+    assert [len(c) for c in changed_many] == [1, 0, 1, 1, 1, 2, 0, 1]
+    assert sorted((f.symptom, f.labels["pod"], f.state, f.alerts) for f in many.active()) == [
+        ("kv_hit_low", "vllm-2", State.PENDING, ("a-4", "a-5")),
+        ("queue_backlog", "vllm-0", State.PENDING, ("a-8",)),
+    ]
+    gone = [f for f in stored(twin)[0] if f.resolved_by is ResolvedBy.GONE]
+    assert [f.alerts for f in gone] == [("a-0", "a-1", "a-3")]
+
+
+def taken(store: Store) -> int:
+    """How many findings transactions the store has seen (each takes the findings turn once)."""
+    return int(store.database.rows("SELECT taken FROM turns WHERE name = ?", ("findings",))[0][0])
+
+
+def test_a_batch_is_one_transaction(store: Store) -> None:
+    tracker = Tracker(store)
+    start = taken(store)
+    tracker.record_many(storm([]), trigger=Trigger.ALERT, now=LATER, for_=HOLD)
+    assert taken(store) == start + 1
+    tracker.record(diagnosis(holding("vllm-5")), trigger=Trigger.ALERT, now=LATER, for_=HOLD)
+    assert taken(store) == start + 2
+
+
+class Refused(Exception):
+    pass
+
+
+def test_a_batch_that_fails_midway_writes_and_keeps_nothing(store: Store) -> None:
+    tracker = Tracker(store)
+    before(tracker)
+    kept = stored(store), tracker.active(), tracker.states(LATER, HOLD)
+
+    def boom() -> bool:
+        raise Refused
+
+    parts = storm([])
+    parts.insert(4, Recording(diagnosis(holding("vllm-9")), "a-9", None, boom))
+    with pytest.raises(Refused):
+        tracker.record_many(parts, trigger=Trigger.ALERT, now=LATER, for_=HOLD)
+    assert (stored(store), tracker.active(), tracker.states(LATER, HOLD)) == kept

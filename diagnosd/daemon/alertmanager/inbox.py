@@ -15,7 +15,9 @@ and is otherwise taken whole however many alerts it holds, so no delivery is ref
 Replicas on one database share the queue (memory.py): each works only the states it claimed, renews
 their leases while it holds them, and takes the queued states whose lease lapsed (a replica killed
 mid-burst) on its next look. A firing state's findings and its `done` are written in one
-transaction, under the owner's check: a state is diagnosed into findings once across replicas.
+transaction, under the owner's check: a state is diagnosed into findings once across replicas. A
+batch's alerts share that transaction (and one lookup, one mark), so a storm of 1000 alerts is a
+commit and a few dozen statements, not thousands of commits.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from diagnosd.engine import Scope
 from diagnosd.errors import DiagnosdError, QueryRejected, QueueFull, SourceError, StoreError
 from diagnosd.findings.lifecycle import Trigger
 from diagnosd.findings.model import Diagnosis
-from diagnosd.findings.tracker import Tracker
+from diagnosd.findings.tracker import Claim, Recording, Tracker
 from diagnosd.sinks.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -136,7 +138,9 @@ class Inbox:
 
         Answers once the new states are in the store (QUEUED), never after a diagnosis.
         """
-        records = {job.key: self._store.alert(job.key) for job in jobs if job.key not in self._inflight}
+        # One lookup for the whole delivery: a group of 300 new alerts is not 300 queries.
+        known = self._store.alerts(job.key for job in jobs if job.key not in self._inflight)
+        records = {job.key: known.get(job.key) for job in jobs if job.key not in self._inflight}
         fresh = [job for job in jobs if job.key in records and _fresh(records[job.key])]
         needed = self._jobs_needed(fresh)
         if needed and self._waiting >= self._capacity:
@@ -280,9 +284,15 @@ class Inbox:
                 raise
             except Exception as error:
                 log.exception("alerts %s: handling failed", _names(batch.jobs))
-                for job in batch.jobs:
-                    if job.key in self._inflight:
-                        self._finish(job, Delivery.FAILED, f"{type(error).__name__}: {error}")
+                left = [job for job in batch.jobs if job.key in self._inflight]
+                try:
+                    self._finish_all(left, Delivery.FAILED, f"{type(error).__name__}: {error}")
+                except StoreError as unrecorded:
+                    # The store is down too: the failure cannot be recorded, and the states stay
+                    # queued under this replica's lease, which it keeps renewing, so neither a
+                    # retry nor another replica would take them. They are kept here and tried
+                    # again; the worker itself carries on with the next batch.
+                    self._retry_later(left, unrecorded)
             finally:
                 for job in batch.jobs:
                     self._inflight.discard(job.key)
@@ -291,19 +301,41 @@ class Inbox:
                 if not self._unfinished:
                     self._idle.set()
 
+    def _retry_later(self, jobs: Sequence[AlertJob], error: StoreError) -> None:
+        wait = self._retry_after.total_seconds()
+        log.warning("alerts %s: could not record the failure (%s); trying them again in %gs", _names(jobs), error, wait)
+        kept = list(jobs)
+
+        def again() -> None:
+            if not self._tasks:  # stopped meanwhile: the store's lease hands them on
+                return
+            for job in kept:
+                if job.key not in self._inflight:  # not re-sent and taken meanwhile
+                    self._admit(job)
+
+        asyncio.get_running_loop().call_later(wait, again)
+
     def _finish(self, job: AlertJob, outcome: Delivery, error: str | None = None) -> None:
-        if not self._store.mark(job.key, outcome, self._clock(), error, self._owner):
-            log.info(
-                "alert %s (%s): no longer held here, left as another replica has it", job.fingerprint, job.alertname
-            )
-        self._inflight.discard(job.key)
+        self._finish_all([job], outcome, error)
+
+    def _finish_all(self, jobs: Sequence[AlertJob], outcome: Delivery, error: str | None = None) -> None:
+        """Mark every job `outcome` in one transaction (a batch's failure is one commit, not one per alert)."""
+        if not jobs:
+            return
+        recorded = self._store.mark_all((job.key for job in jobs), outcome, self._clock(), error, self._owner)
+        for job in jobs:
+            if job.key not in recorded:
+                log.info(
+                    "alert %s (%s): no longer held here, left as another replica has it", job.fingerprint, job.alertname
+                )
+            self._inflight.discard(job.key)
 
     async def _handle(self, batch: Batch) -> None:
         if batch.jobs[0].resolved:
             for job in batch.jobs:
                 self._resolve(job)
             return
-        live = [job for job in batch.jobs if not self._overtaken(job)]
+        live = self._live(batch.jobs)
         scoped: list[tuple[AlertJob, Scope]] = []
         for job in live:
             try:
@@ -323,53 +355,62 @@ class Inbox:
             log.warning(
                 "alerts %s: Prometheus refused the queries of %s, not retried: %s", _names(jobs), symptom, error
             )
-            for job in jobs:
-                self._finish(job, Delivery.REJECTED, str(error))
+            self._finish_all(jobs, Delivery.REJECTED, str(error))
             return
         except SourceError as error:
             log.warning("alerts %s: could not diagnose %s: %s", _names(jobs), symptom, error)
-            for job in jobs:
-                self._finish(job, Delivery.FAILED, str(error))
+            self._finish_all(jobs, Delivery.FAILED, str(error))
             return
         except DiagnosdError as error:
             log.warning("alerts %s: %s", _names(jobs), error)
-            for job in jobs:
-                self._finish(job, Delivery.DONE, str(error))
+            self._finish_all(jobs, Delivery.DONE, str(error))
             return
-        for job in jobs:
-            if self._overtaken(job):
-                continue
+        parts: list[tuple[AlertJob, Diagnosis]] = []
+        for job in self._live(jobs):
             mine = part(looked.diagnosis, job.scope)
             if not mine.targets:
                 log.info(
                     "alert %s (%s): no target in %s has data for %s", job.fingerprint, job.alertname, job.scope, symptom
                 )
-            self._record(job, mine)
+            parts.append((job, mine))
+        self._record(parts)
 
-    def _record(self, job: AlertJob, mine: Diagnosis) -> None:
-        """The findings and the `done`, in one transaction, only while the state is still held here."""
+    def _record(self, parts: Sequence[tuple[AlertJob, Diagnosis]]) -> None:
+        """Each alert's findings and its `done`, all in one transaction, each only while its state
+        is still held here."""
+        if not parts:
+            return
         now = self._clock()
-        held: list[bool] = []
+        keys = [job.key for job, _ in parts]
+        held: set[tuple[str, str, str]] | None = None
 
-        def claim() -> bool:
-            held.append(self._store.mark_within(job.key, Delivery.DONE, now, None, self._owner))
-            return held[-1]
+        def claim(key: tuple[str, str, str]) -> Claim:
+            def mine() -> bool:
+                # The first claim marks the whole batch, inside the transaction the findings are
+                # written in: one UPDATE for the batch, committed (or not) with every finding.
+                nonlocal held
+                if held is None:
+                    held = self._store.mark_all_within(keys, Delivery.DONE, now, None, self._owner)
+                return key in held
 
-        self._tracker.record(
-            mine, trigger=Trigger.ALERT, now=now, for_=timedelta(0), alert=job.fingerprint, claim=claim
-        )
-        if held != [True]:
-            log.info(
-                "alert %s (%s): no longer held here, its diagnosis left unrecorded", job.fingerprint, job.alertname
-            )
-        self._inflight.discard(job.key)
+            return mine
 
-    def _overtaken(self, job: AlertJob) -> bool:
-        """Its resolution came first: nothing left to diagnose (marked superseded)."""
-        if self._store.alert((job.fingerprint, "resolved", job.starts_at)) is None:
-            return False
-        self._finish(job, Delivery.SUPERSEDED)
-        return True
+        recordings = [Recording(mine, job.fingerprint, claim=claim(job.key)) for job, mine in parts]
+        self._tracker.record_many(recordings, trigger=Trigger.ALERT, now=now, for_=timedelta(0))
+        for job, _ in parts:
+            if held is None or job.key not in held:
+                log.info(
+                    "alert %s (%s): no longer held here, its diagnosis left unrecorded", job.fingerprint, job.alertname
+                )
+            self._inflight.discard(job.key)
+
+    def _live(self, jobs: Sequence[AlertJob]) -> list[AlertJob]:
+        """The jobs whose resolution has not come first; the others are marked superseded (nothing
+        left to diagnose). One lookup and one mark for the whole batch."""
+        resolved = self._store.alerts(_resolution(job) for job in jobs)
+        overtaken = [job for job in jobs if _resolution(job) in resolved]
+        self._finish_all(overtaken, Delivery.SUPERSEDED)
+        return [job for job in jobs if _resolution(job) not in resolved]
 
     def _resolve(self, job: AlertJob) -> None:
         now = self._clock()
@@ -379,6 +420,11 @@ class Inbox:
         self._store.supersede((job.fingerprint, "firing", job.starts_at), now, Delivery.SUPERSEDED, waiting)
         self._tracker.resolve_alert(job.fingerprint, now)
         self._finish(job, Delivery.DONE)
+
+
+def _resolution(job: AlertJob) -> tuple[str, str, str]:
+    """The key of the state that resolves `job`'s firing one."""
+    return job.fingerprint, "resolved", job.starts_at
 
 
 def _fresh(record: AlertRecord | None) -> bool:

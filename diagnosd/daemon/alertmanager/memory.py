@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -29,7 +29,8 @@ _COLUMNS = (
 )
 _SELECT = f"SELECT {_COLUMNS} FROM alerts"
 _KEY = "fingerprint = ? AND status = ? AND starts_at = ?"
-# SQLite (3.35+) and PostgreSQL both number their variables past this; a delivery is cut in chunks.
+# Rows one statement names (an insert's states, a lookup's or mark's keys): 100 rows of at most 9
+# variables stay far under what one statement takes (SQLite 3.35+: 32 766, PostgreSQL: 65 535).
 _CHUNK = 100
 # The first SQLite whose INSERT and UPDATE can say which rows they made (RETURNING): claims need it.
 SQLITE_RETURNING = (3, 35, 0)
@@ -74,6 +75,14 @@ class DeliveryMemory:
         rows = self.database.rows(f"{_SELECT} WHERE {_KEY}", key)
         return _record(rows[0]) if rows else None
 
+    def alerts(self, keys: Iterable[Key]) -> dict[Key, AlertRecord]:
+        """`alert` for many states, one query a chunk: the states known, by key (an unknown one is absent)."""
+        found: dict[Key, AlertRecord] = {}
+        for chunk in _chunks(keys):
+            rows = self.database.rows(f"{_SELECT} WHERE {_keys_in(len(chunk))}", _flat(chunk))
+            found.update((record.key, record) for record in map(_record, rows))
+        return found
+
     def remember(self, key: Key, request: dict[str, Any], outcome: str, now: datetime) -> None:
         """Remember a new alert state with its request; one already known keeps its request."""
         self.remember_all([(key, request)], outcome, now)
@@ -110,6 +119,33 @@ class DeliveryMemory:
             sql += " AND owner = ? AND outcome = ?"
             args += [owner, QUEUED]
         return self.database.execute(sql, args) > 0
+
+    def mark_all(
+        self, keys: Iterable[Key], outcome: str, now: datetime, error: str | None = None, owner: str | None = None
+    ) -> set[Key]:
+        """`mark` for many states, in one transaction; returns the keys recorded."""
+        with self.database.transaction():
+            return self.mark_all_within(keys, outcome, now, error, owner)
+
+    def mark_all_within(
+        self, keys: Iterable[Key], outcome: str, now: datetime, error: str | None = None, owner: str | None = None
+    ) -> set[Key]:
+        """`mark_within` for many states, one UPDATE a chunk; each state is marked once however
+        often `keys` names it."""
+        attempt = 1 if outcome in ATTEMPTED else 0
+        recorded: set[Key] = set()
+        for chunk in _chunks(keys):
+            sql = (
+                "UPDATE alerts SET outcome = ?, updated_at = ?, error = ?, attempts = attempts + ?, lease_until = NULL "
+                f"WHERE {_keys_in(len(chunk))}"
+            )
+            args: list[object] = [outcome, seconds(now), error, attempt, *_flat(chunk)]
+            if owner is not None:
+                sql += " AND owner = ? AND outcome = ?"
+                args += [owner, QUEUED]
+            made = self.database.rows(f"{sql} RETURNING fingerprint, status, starts_at", args)
+            recorded.update((fp, status, starts) for fp, status, starts in made)
+        return recorded
 
     def supersede(self, key: Key, now: datetime, outcome: str, waiting: Iterable[str]) -> bool:
         """A newer state replaced this one: `outcome` if it was still waiting (one of `waiting`),
@@ -217,6 +253,23 @@ class DeliveryMemory:
                 "FROM alerts WHERE outcome != ? AND updated_at < ? LIMIT ?)",
                 (QUEUED, seconds(before), chunk),
             )
+
+
+def _keys_in(count: int) -> str:
+    """The condition that a row is one of `count` keys (their values `_flat`). Spelled as ORs of
+    the key: SQLite answers `(...) IN (VALUES ...)` by scanning the table, ORs by its index."""
+    return f"({' OR '.join([f'({_KEY})'] * count)})"
+
+
+def _chunks(keys: Iterable[Key]) -> Iterator[list[Key]]:
+    """The distinct keys, `_CHUNK` at a time (a statement's variables are bounded)."""
+    distinct = list(dict.fromkeys(keys))
+    for start in range(0, len(distinct), _CHUNK):
+        yield distinct[start : start + _CHUNK]
+
+
+def _flat(keys: Sequence[Key]) -> list[str]:
+    return [value for key in keys for value in key]
 
 
 def _times(lease: Lease) -> tuple[float, float, float]:

@@ -20,7 +20,7 @@ from diagnosd.daemon.alertmanager.inbox import Delivery, Inbox
 from diagnosd.daemon.alertmanager.memory import DeliveryMemory
 from diagnosd.daemon.alertmanager.payload import AlertJob
 from diagnosd.engine import Scope
-from diagnosd.errors import QueueFull, SourceUnavailable
+from diagnosd.errors import QueueFull, SourceUnavailable, StoreError
 from diagnosd.findings.model import Diagnosis
 from diagnosd.findings.store import Store
 from diagnosd.findings.tracker import Tracker
@@ -98,7 +98,7 @@ async def rig(database_location: Path | str, request: pytest.FixtureRequest) -> 
         capacity=options.pop("capacity", 256),
         workers=2,
         max_attempts=5,
-        retry_after=timedelta(seconds=30),
+        retry_after=options.pop("retry_after", timedelta(seconds=30)),
         coalesce_window=options.pop("window", WINDOW),
     )
     if options.pop("start", True):
@@ -167,6 +167,39 @@ async def test_a_failed_evaluation_fails_every_alert_of_the_batch_for_a_retry(ri
     assert outcomes(rig.store, storm) == {Delivery.DONE}
 
 
+@pytest.mark.parametrize(
+    "rig", [{"diagnoser": {"fail": True}, "retry_after": timedelta(milliseconds=100)}], indirect=True
+)
+async def test_a_failure_the_store_cannot_record_keeps_the_worker_and_the_alerts(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Prometheus and the store down at once: the batch's failure cannot be written. Formerly the
+    # error escaped the worker, which ended (every later alert waited for the other worker, then
+    # for none), and the states stayed queued under a lease this replica kept renewing: never retried.
+    storm = [job(n) for n in range(3)]
+    marked = rig.store.mark_all
+
+    def down(*args: Any, **kwargs: Any) -> Any:
+        raise StoreError("findings.db", "disk I/O error")
+
+    monkeypatch.setattr(rig.store, "mark_all", down)
+    rig.inbox.offer(storm)
+    await rig.inbox.join()
+    assert len(rig.diagnoser.calls) == 1
+    # Both workers still take work: two more batches (two symptoms) are both evaluated.
+    rig.inbox.offer([job(10, "kv_hit_low"), job(11, "ttft_high")])
+    await rig.inbox.join()
+    assert {"kv_hit_low", "ttft_high"} <= {c[0] for c in rig.diagnoser.calls}
+    monkeypatch.setattr(rig.store, "mark_all", marked)
+    rig.diagnoser.fail = False
+    for _ in range(100):  # the storm comes back every retry_after, and is now recorded
+        if outcomes(rig.store, storm) == {Delivery.DONE}:
+            break
+        await asyncio.sleep(0.05)
+    assert outcomes(rig.store, storm) == {Delivery.DONE}
+    assert rig.diagnoser.calls[-1][0] == "queue_backlog"
+
+
 @pytest.mark.parametrize("rig", [{"capacity": 2, "start": False, "window": timedelta(0)}], indirect=True)
 async def test_the_bound_counts_jobs_and_a_delivery_bigger_than_it_is_taken_whole(rig: Rig) -> None:
     big = [job(n) for n in range(300)]
@@ -208,3 +241,25 @@ async def test_a_resolution_within_the_window_cancels_that_alert_s_diagnosis(rig
     assert rig.store.alert(job(2, status="resolved").key).outcome == Delivery.DONE  # type: ignore[union-attr]
     # vllm-2 holds kv_pool_full too, but its alert had resolved before the diagnosis: no finding.
     assert [f.labels["pod"] for f in rig.tracker.active()] == ["vllm-0"]
+
+
+@pytest.mark.parametrize("rig", [{"start": False}], indirect=True)
+async def test_a_coalesced_storm_is_recorded_in_one_transaction_each_alert_under_its_own_claim(rig: Rig) -> None:
+    storm = [job(n) for n in range(150)]  # more alerts than one statement names
+    rig.inbox.offer(storm)
+    # Another replica resolved three before this one got to them: they are no longer held here.
+    taken_away = [storm[4], storm[10], storm[120]]
+    for j in taken_away:
+        assert rig.store.supersede(j.key, AT, Delivery.SUPERSEDED, [Delivery.QUEUED])
+    turns = "SELECT taken FROM turns WHERE name = 'findings'"
+    [(before,)] = rig.store.database.rows(turns)
+    await rig.inbox.start()
+    await rig.inbox.join()
+    assert rig.store.database.rows(turns) == [(before + 1,)]
+    assert len(rig.diagnoser.calls) == 1
+    assert {j.key: rig.store.alert(j.key).outcome for j in storm} == {  # type: ignore[union-attr]
+        j.key: Delivery.SUPERSEDED if j in taken_away else Delivery.DONE for j in storm
+    }
+    # The diagnoser answers for vllm-0..39 (even ones hold): each alert links its own pod's finding.
+    linked = {f.labels["pod"]: f.alerts for f in rig.tracker.active()}
+    assert linked == {f"vllm-{n}": (f"fp-queue_backlog-{n}",) for n in range(0, 40, 2) if n not in (4, 10)}
