@@ -37,6 +37,7 @@ from diagnosd.sinks.metrics import FindingsCollector, Metrics
 from diagnosd.sources import PrometheusConfig, PrometheusSource, QuerySource
 from diagnosd.sources.circuit import Circuit, CircuitSource, Policy
 from diagnosd.sources.deadline import Deadline
+from diagnosd.sources.lookups import LookupCache
 from diagnosd.storage import is_url, open_database
 from diagnosd.topology import DEFAULT as DEFAULT_TOPOLOGY
 from diagnosd.topology import Topology
@@ -227,7 +228,9 @@ async def open_services(runtime: Runtime) -> AsyncIterator[Services]:
             await sink.start()
             stack.push_async_callback(sink.stop)
         diagnoser = Diagnoser(
-            source,
+            # The answers about which metrics exist, kept a little while in front of the circuit
+            # (a round, a storm's alerts ask them once).
+            LookupCache(source, settings.prometheus.lookup_ttl, clock=runtime.timer),
             runtime.rules.ruleset,
             metrics,
             strict_labels=settings.prometheus.strict_labels,

@@ -136,6 +136,10 @@ class PrometheusSettings(Section):
     # Each diagnosis answers within this, whatever the timeout and retries: what is unanswered then
     # reads unknown (timeout). Well under Kubernetes' 30s grace, which the shutdown waits within.
     diagnosis_deadline: Duration = timedelta(seconds=20)
+    # How long the answers about what exists (metric names with series, the targets' declared
+    # types) are kept between diagnoses: every diagnosis asks them before its first query. 0s
+    # asks them every time.
+    lookup_ttl: Hold = timedelta(seconds=30)
     circuit: CircuitSettings = CircuitSettings()
     bearer_token: SecretStr | None = None
     username: str | None = None
