@@ -44,7 +44,7 @@ def _node(out: Collector, state: PodState, uptime: float) -> None:
     counters = (
         state.ib_tx,
         state.ib_rx,
-        state.ib_errors * 0.02,
+        state.ib_link_downs,
         state.ib_errors * 0.2,
         state.ib_errors,
         state.ib_errors * 0.5,
@@ -81,16 +81,29 @@ def _disks(out: Collector, scrape: Labels, state: PodState, uptime: float) -> No
     nfs.add((("method", "Read"), ("proto", "4"), *scrape), math.floor(state.nfs_reads))
 
 
+# (name, help, where the counter stops): the IB PortCounters saturate at their width instead of
+# wrapping (the kernel's sysfs reads link_downed and link_error_recovery as 8-bit, symbol_error and
+# port_rcv_errors as 16-bit, local_link_integrity_errors as 4-bit fields; only perfquery -R clears
+# them); the data counters are the 64-bit extended ones.
 COUNTERS = (
-    ("port_data_transmitted_bytes_total", "Number of data octets transmitted on all links"),
-    ("port_data_received_bytes_total", "Number of data octets received on all links"),
-    ("link_downed_total", "Number of times the link failed to recover from an error state and went down"),
-    ("link_error_recovery_total", "Number of times the link successfully recovered from an error state"),
-    ("symbol_error_total", "Number of minor link errors detected on one or more physical lanes."),
-    ("port_errors_received_total", "Number of packets containing an error that were received on this port"),
+    ("port_data_transmitted_bytes_total", "Number of data octets transmitted on all links", math.inf),
+    ("port_data_received_bytes_total", "Number of data octets received on all links", math.inf),
+    (
+        "link_downed_total",
+        "Number of times the link failed to recover from an error state and went down",
+        255,
+    ),
+    ("link_error_recovery_total", "Number of times the link successfully recovered from an error state", 255),
+    ("symbol_error_total", "Number of minor link errors detected on one or more physical lanes.", 65535),
+    (
+        "port_errors_received_total",
+        "Number of packets containing an error that were received on this port",
+        65535,
+    ),
     (
         "local_link_integrity_errors_total",
         "Number of times that the count of local physical errors exceeded the threshold specified by LocalPhyErrors.",
+        15,
     ),
 )
 
@@ -137,5 +150,5 @@ def _port(
     _f(out, "node_infiniband_rate_bytes_per_second", Kind.GAUGE, "Maximum signal transfer rate").add(
         port, gbps * 1e9 / 8.0
     )
-    for (name, help), value in zip(COUNTERS, counters, strict=True):
-        _f(out, f"node_infiniband_{name}", Kind.COUNTER, help).add(port, math.floor(value))
+    for (name, help, stops), value in zip(COUNTERS, counters, strict=True):
+        _f(out, f"node_infiniband_{name}", Kind.COUNTER, help).add(port, math.floor(min(value, stops)))

@@ -70,6 +70,7 @@ class PodState:
     ib_tx: float = 0.0
     ib_rx: float = 0.0
     ib_errors: float = 0.0
+    ib_link_downs: float = 0.0
     cpu_seconds: float = 0.0  # the engine's API server process (reset with the container)
     noise: int = 0
 
@@ -283,6 +284,7 @@ class Simulator:
         state.ib_tx += dt * state.knobs.ib_traffic_gbps * 1e9 / 8.0
         state.ib_rx += dt * state.knobs.ib_traffic_gbps * 1e9 / 8.0 * 0.9
         state.ib_errors += dt * state.knobs.ib_errors_per_s
+        state.ib_link_downs += dt * state.knobs.ib_link_downs_per_h / 3600.0
         if state.engine is not None:
             state.cpu_seconds += dt * cpu_cores(state.knobs, state.engine)
 

@@ -89,7 +89,13 @@ class PodKnobs(Strict):
     ib_traffic_gbps: NonNegative = 1.0
     ib_state_id: Annotated[int, Field(ge=0, le=5)] = 4
     ib_physical_state_id: Annotated[int, Field(ge=0, le=7)] = 5
+    # Physical-layer errors (symbol, receive, link-integrity) and the link retrains that recover
+    # from them (LinkErrorRecoveryCounter), per second.
     ib_errors_per_s: NonNegative = 0.0
+    # Times per hour the retraining fails and the link goes down (LinkDownedCounter): a port that
+    # flaps. The IB spec counts these apart from the recoveries: a marginal cable can count
+    # thousands of symbol errors and retrain again and again without ever downing its link.
+    ib_link_downs_per_h: NonNegative = 0.0
     # HCAs of the node with no cable (Down / Polling since boot), besides the used mlx5_0.
     ib_spare_ports: Annotated[int, Field(ge=0, le=7)] = 0
     # The node's local NVMe: its read ceiling (GB/s; a degraded PCIe link or a failing drive lowers

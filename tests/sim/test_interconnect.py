@@ -1,6 +1,7 @@
-"""The GPU interconnect as the simulator shows it: spare IB ports, expert load, demand dips.
+"""The GPU interconnect as the simulator shows it: spare IB ports, link errors, expert load, demand dips.
 
-Spare HCA ports read as node_exporter's infiniband collector reads a port with no cable; the
+Spare HCA ports read as node_exporter's infiniband collector reads a port with no cable; a
+marginal cable counts errors and recoveries without downing its link, a flapping one downs it; the
 tensor pipes of an expert-parallel pod follow SGLang's balancedness; and a dip in demand lowers a
 multi-GPU pod's tokens/s but not the speed of each request it serves.
 """
@@ -38,6 +39,34 @@ def test_a_spare_port_is_down_and_polling_with_every_counter_at_zero() -> None:
     assert all(v == 0 for k, v in spare.items() if k.endswith("_total"))
     assert _port(sim, instance, "mlx5_2") == {}  # one spare on this node
     assert set(_port(sim, _node(sim, "vllm-llama-8b", 0), "mlx5_2")) == set(spare)
+
+
+def _port_counters(scenario_name: str) -> tuple[dict[str, float], dict[str, float]]:
+    """The faulty pod's used IB port 30 minutes into its fault and now."""
+    sim = short(scenario_name, run=False)
+    sim.run(ANCHOR - 1800.0)
+    instance = _node(sim, "vllm-llama-70b", 1)
+    before = _port(sim, instance, "mlx5_0")
+    sim.run(ANCHOR)
+    return before, _port(sim, instance, "mlx5_0")
+
+
+def test_a_marginal_cable_counts_errors_and_recoveries_but_never_downs_its_link() -> None:
+    # The IB spec's LinkErrorRecoveryCounter counts retrains that succeeded, LinkDownedCounter the
+    # ones that failed: a cable whose retrains succeed leaves the second alone.
+    before, now = _port_counters("switch_crc_errors")
+    assert now["symbol_error_total"] - before["symbol_error_total"] > 1000
+    assert now["link_downed_total"] == before["link_downed_total"] == 0
+    assert now["state_id"] == 4
+    # The PortCounters stop at their width: 0.8 recoveries a second fill the 8-bit one in minutes.
+    assert now["link_error_recovery_total"] == 255
+    assert now["symbol_error_total"] < 65535
+
+
+def test_a_flapping_link_counts_link_downs_besides_its_errors() -> None:
+    before, now = _port_counters("ib_link_flapping")
+    assert 20 <= now["link_downed_total"] - before["link_downed_total"] <= 40  # 60 an hour, for 30 minutes
+    assert now["symbol_error_total"] > before["symbol_error_total"]
 
 
 def _tensor(sim: Simulator, deployment: str) -> list[tuple[float, float]]:
