@@ -153,9 +153,16 @@ def _series(loaded: list[Loaded]) -> tuple[list[Series], list[CaseResult]]:
     problems: list[CaseResult] = []
     for item in loaded:
         step = item.interval.total_seconds()
+        seen: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
         try:
             for one in item.case.input_series:
                 name, labels = notation.series(one.series)
+                # The same series twice is two histories of one series: the store would refuse
+                # the second as out of order, for the whole run, far from the test that wrote it.
+                key = (name, tuple(sorted(labels.items())))
+                if key in seen:
+                    raise NotationError(f"series {one.series} is given twice")
+                seen.add(key)
                 values = notation.expand(one.values)
                 points = [(EPOCH.timestamp() + i * step, v) for i, v in enumerate(values) if v is not None]
                 out.append(Series(name, {**labels, ISOLATION_LABEL: item.case_id}, points))

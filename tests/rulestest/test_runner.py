@@ -39,6 +39,22 @@ def test_wrong_expectations_fail_with_a_diff(tmp_path: Path) -> None:
     ]
 
 
+def test_a_series_given_twice_in_a_test_is_named_not_a_store_failure(tmp_path: Path) -> None:
+    # Formerly the duplicate reached promtool, which refused the whole run ("out of order sample")
+    # once the run was large enough, naming no test.
+    rules = tmp_path / "rules"
+    shutil.copytree(FIXTURE, rules)
+    test_file = rules / "queue_backlog.test.yaml"
+    lines = test_file.read_text().splitlines(keepends=True)
+    # The first series, its two lines (series, values), repeated right after it.
+    first = next(i for i, line in enumerate(lines) if line.lstrip().startswith("- series:"))
+    lines[first + 2 : first + 2] = lines[first : first + 2]
+    test_file.write_text("".join(lines))
+    failures = [f for result in collect(rules) for f in result.failures]
+    [failure] = [f for f in failures if "given twice" in f]
+    assert lines[first].split("'")[1] in failure
+
+
 def test_tree_without_tests_is_a_failure(tmp_path: Path) -> None:
     rules = tmp_path / "rules"
     shutil.copytree(FIXTURE, rules)
