@@ -200,8 +200,13 @@ def _partial(c: RootCause) -> bool:
     return any(seen_partially(e) for e in c.evidence)
 
 
-def _accounts_for(cause: RootCause, other: RootCause, slack: float | None) -> bool:
-    """Whether `cause`, matched together with `other`, is shown as what produced it."""
+def _accounts_for(cause: RootCause, other: RootCause, slack: float | None, via: RootCause | None = None) -> bool:
+    """Whether `cause`, matched together with `other`, is shown as what produced it.
+
+    With `via` (a cause that `cause` accounts for and that explains `other` too), `other` is sized
+    against the product of the two changes: computed prefill is requests × misses, so traffic ×2
+    that also halved a 90 % hit ratio (misses ×5.5, by evicting cached prefixes) accounts for
+    prefill ×11, which neither change alone covers."""
     # An explanation never demotes a more severe cause: both stay root causes.
     if _rank_key(cause)[0] > _rank_key(other)[0]:
         return False
@@ -216,6 +221,9 @@ def _accounts_for(cause: RootCause, other: RootCause, slack: float | None) -> bo
     explained = _last_ratio(other)
     grew = explained is not None and explained.operator == "ratio_above"
     big, small = _change(cause, rest=grew), _change(other)
+    if via is not None:
+        through = _change(via, rest=grew)
+        big = big * through if big is not None and through is not None else None
     if big is None or small is None:
         return False  # the sizes cannot be compared: the explanation is not established
     return small <= big * slack
@@ -291,6 +299,29 @@ def rank(
             other = matched.get(name)
             if other is not None and name != cause.cause and _accounts_for(cause, other, slack):
                 by.setdefault(name, []).append(cause.cause)
+    # Two sized explanations along a chain (A explains B, both explain C) size C by both changes
+    # at once: C may be the product of the two (A's requests × B's misses), which neither covers
+    # alone. Both then explain C.
+    for cause in causes:
+        sized = [(name, slack) for name, slack in explains.get(cause.cause, ()) if slack is not None]
+        for name, slack in sized:
+            other = matched.get(name)
+            if other is None or name == cause.cause or cause.cause in by.get(name, ()):
+                continue
+            for via_name, _ in sized:
+                via = matched.get(via_name)
+                onward = dict(explains.get(via_name, ()))
+                if (
+                    via is not None
+                    and via_name != name
+                    and cause.cause in by.get(via_name, ())
+                    and onward.get(name) is not None
+                    and _accounts_for(via, other, None)
+                    and _accounts_for(cause, other, slack, via=via)
+                ):
+                    found = by.setdefault(name, [])
+                    found += [c for c in (via_name, cause.cause) if c not in found]
+                    break
     built: dict[str, RootCause] = {}
 
     def build(name: str, visiting: frozenset[str]) -> RootCause:

@@ -96,6 +96,77 @@ async def test_slack_caps_what_a_change_can_explain() -> None:
     assert [c.cause for c in target.consequences] == ["batch_too_large"]
 
 
+TRAFFIC = ratio(
+    "traffic",
+    "requests",
+    conclusion=conclusion(
+        "traffic", explains=[{"cause": "contention", "slack": "$slack"}, {"cause": "hit_drop", "slack": "$slack"}]
+    ),
+)
+HIT_DROP = check(
+    "hit_drop",
+    "hits",
+    {"ratio_below": 0.7, "baseline": "1d"},
+    unit="ratio",
+    conclusion=conclusion("hit_drop", explains=[{"cause": "contention", "slack": "$slack"}]),
+)
+
+
+async def test_a_change_that_is_the_product_of_a_chain_is_sized_by_both() -> None:
+    # Prefill is requests x misses: traffic x2 that also halved a 90 % hit ratio (misses 0.1 ->
+    # 0.55, x5.5) accounts for prefill x11, which neither x2 nor x5.5 covers alone (times 1.5).
+    source = FakeSource(
+        {
+            "ttft": samples({"p": 5}),
+            "requests": by_time(2.0, 1.0),
+            "hits": by_time(0.45, 0.9),
+            "prefill": by_time(11.0, 1.0),
+        }
+    )
+    target = (await diagnose(tree(CONTENTION, HIT_DROP, TRAFFIC), source)).targets[0]
+    assert [c.cause for c in target.root_causes] == ["traffic"]
+    assert {c.cause: set(c.explained_by) for c in target.consequences} == {
+        "hit_drop": {"traffic"},
+        "contention": {"traffic", "hit_drop"},
+    }
+
+
+async def test_a_chain_sizes_nothing_beyond_the_product_nor_without_its_link() -> None:
+    # Prefill x20 is beyond x2 * x5.5 * 1.5: contention stays a root cause.
+    values = {"ttft": samples({"p": 5}), "requests": by_time(2.0, 1.0), "hits": by_time(0.45, 0.9)}
+    beyond = FakeSource({**values, "prefill": by_time(20.0, 1.0)})
+    target = (await diagnose(tree(CONTENTION, HIT_DROP, TRAFFIC), beyond)).targets[0]
+    assert {c.cause for c in target.root_causes} == {"traffic", "contention"}
+    # Hits 0.9 -> 0.09 (÷10) is far beyond what traffic x2 explains: the hit drop is a root cause
+    # of its own, so the traffic does not size the prefill through it.
+    unlinked = FakeSource({**values, "hits": by_time(0.09, 0.9), "prefill": by_time(11.0, 1.0)})
+    target = (await diagnose(tree(CONTENTION, HIT_DROP, TRAFFIC), unlinked)).targets[0]
+    assert {c.cause for c in target.root_causes} == {"traffic", "hit_drop"}
+    assert {c.cause: c.explained_by for c in target.consequences} == {"contention": ("hit_drop",)}
+
+
+async def test_a_chain_through_a_partial_match_does_not_size_a_fully_seen_cause() -> None:
+    # The hit ratio is read with a store missing: the traffic may explain that partial drop, but
+    # the drop's misses cannot size the fully seen prefill x11 through it (traffic x2 alone covers
+    # x3): the contention stays a root cause.
+    warning = "store gateway 10.0.0.7:10901 did not respond"
+
+    def partial_hits(at: datetime) -> Samples:
+        return Samples([Sample({"namespace": "prod", "pod": "p"}, 0.45 if at == AT else 0.9)], [warning])
+
+    source = FakeSource(
+        {
+            "ttft": samples({"p": 5}),
+            "requests": by_time(2.0, 1.0),
+            "hits": partial_hits,
+            "prefill": by_time(11.0, 1.0),
+        }
+    )
+    target = (await diagnose(tree(CONTENTION, HIT_DROP, TRAFFIC), source)).targets[0]
+    assert {c.cause for c in target.root_causes} == {"traffic", "contention"}
+    assert {c.cause: c.explained_by for c in target.consequences} == {"hit_drop": ("traffic",)}
+
+
 async def test_severity_then_specificity_then_strength_rank_root_causes() -> None:
     nodes = (
         check("shallow", "alpha_m", {"above": 1}, conclusion=conclusion("shallow")),
