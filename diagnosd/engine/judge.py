@@ -113,15 +113,14 @@ def _combine(question: Question, parts: Sequence[Judged], context: Mapping[str, 
     decides, follows = (Verdict.MATCHED, Verdict.CLEAR) if any_ else (Verdict.CLEAR, Verdict.MATCHED)
     verdicts = [p.verdict for p in parts]
     evidences = tuple(
-        replace(p.evidence, title=c.title, verdict=p.verdict, reason=p.reason, detail=p.detail)
+        p.evidence.evolve(title=c.title, verdict=p.verdict, reason=p.reason, detail=p.detail)
         for c, p in zip(question.conditions, parts, strict=True)
         if p.evidence is not None
     )
     head = evidences[0] if evidences else None
     warnings = tuple(dict.fromkeys(w for e in evidences for w in e.warnings))
     evidence = (
-        replace(
-            head,
+        head.evolve(
             title=None,
             verdict=None,
             reason=None,
@@ -151,7 +150,7 @@ def _combine(question: Question, parts: Sequence[Judged], context: Mapping[str, 
 def _partial(judged: Judged, warnings: tuple[str, ...]) -> Judged:
     """A partial answer can show a problem, never rule one out: clear becomes unknown (partial)."""
     said = "partial answer: " + "; ".join(warnings)
-    evidence = replace(judged.evidence, warnings=warnings) if judged.evidence is not None else None
+    evidence = judged.evidence.evolve(warnings=warnings) if judged.evidence is not None else None
     if judged.verdict is Verdict.CLEAR:
         return Judged(Verdict.UNKNOWN, Reason.PARTIAL, f"{said} (what it left out could change the verdict)", evidence)
     detail = f"{judged.detail}; {said}" if judged.detail else said

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
+from typing import Any
 
 from diagnosd.trees.model import Severity, Text
 
@@ -80,6 +81,20 @@ class Evidence:
     current: float | None = None
     sustained_for: str | None = None
     share: float | None = None
+
+    def evolve(self, **changes: Any) -> Evidence:
+        """A copy with `changes`: dataclasses.replace without its per-field re-construction.
+
+        Judging a fleet copies an evidence for every condition of every all / any check of every
+        target (42 000 copies for one tree at 1000 pods): replace() cost a third of that tree's
+        judging. Every field is a plain value, so copying the instance's fields is the same copy.
+        """
+        unknown = changes.keys() - self.__dict__.keys()
+        if unknown:
+            raise TypeError(f"Evidence has no field {', '.join(sorted(unknown))}")
+        copy = object.__new__(Evidence)
+        copy.__dict__.update(self.__dict__, **changes)
+        return copy
 
     @property
     def compared(self) -> float | None:

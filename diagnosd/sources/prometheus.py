@@ -273,7 +273,8 @@ def _samples(data: Any, url: str, promql: str) -> list[Sample]:
 def _labels(metric: dict[str, str]) -> dict[str, str]:
     """A series' labels; an empty value is no label (Prometheus' data model: it never returns one,
     VictoriaMetrics 1.79's label_replace keeps `pod=""` where the source label is missing)."""
-    return {name: value for name, value in metric.items() if value != ""}
+    # Most series have none: the decoded object itself is kept (read for every sample of a fleet).
+    return {name: value for name, value in metric.items() if value != ""} if "" in metric.values() else metric
 
 
 # VictoriaMetrics cluster says a partial answer (a vmstorage node did not answer) with a top-level
