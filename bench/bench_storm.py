@@ -30,7 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import partial
@@ -43,7 +43,7 @@ from prometheus_client import CollectorRegistry
 
 from diagnosd.api import create_app
 from diagnosd.daemon import compose
-from diagnosd.daemon.alertmanager.memory import DeliveryMemory, Key, Lease
+from diagnosd.daemon.alertmanager.memory import BatchClaim, DeliveryMemory, Key, Lease
 from diagnosd.daemon.compose import Services
 from diagnosd.daemon.settings.model import Settings
 from diagnosd.findings.lifecycle import Trigger
@@ -356,18 +356,8 @@ def record_batch(memory: DeliveryMemory, tracker: Tracker, parts: list[tuple[Key
     for _ in range(2):
         resolved = memory.alerts(resolution(key) for key, _ in parts)
         parts = [(key, mine) for key, mine in parts if resolution(key) not in resolved]
-    held: set[Key] | None = None
-
-    def claim(key: Key) -> Callable[[], bool]:
-        def mine() -> bool:
-            nonlocal held
-            if held is None:
-                held = memory.mark_all_within([k for k, _ in parts], "done", now, None, "bench")
-            return key in held
-
-        return mine
-
-    recordings = [Recording(mine, key[0], claim=claim(key)) for key, mine in parts]
+    claims = BatchClaim(memory, [key for key, _ in parts], "done", now, "bench")
+    recordings = [Recording(mine, key[0], claim=claims.of(key)) for key, mine in parts]
     tracker.record_many(recordings, trigger=Trigger.ALERT, now=now, for_=timedelta(0))
 
 

@@ -32,14 +32,14 @@ from datetime import datetime, timedelta
 from enum import IntEnum, StrEnum
 
 from diagnosd.daemon.alertmanager.coalesce import BatchKey, batch_key, part, shared_scope, window_start
-from diagnosd.daemon.alertmanager.memory import AlertRecord, DeliveryMemory, Lease
+from diagnosd.daemon.alertmanager.memory import AlertRecord, BatchClaim, DeliveryMemory, Lease
 from diagnosd.daemon.alertmanager.payload import AlertJob
 from diagnosd.daemon.diagnoser import Diagnoser
 from diagnosd.engine import Scope
 from diagnosd.errors import DiagnosdError, QueryRejected, QueueFull, SourceError, StoreError
 from diagnosd.findings.lifecycle import Trigger
 from diagnosd.findings.model import Diagnosis
-from diagnosd.findings.tracker import Claim, Recording, Tracker
+from diagnosd.findings.tracker import Recording, Tracker
 from diagnosd.sinks.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -381,24 +381,11 @@ class Inbox:
         if not parts:
             return
         now = self._clock()
-        keys = [job.key for job, _ in parts]
-        held: set[tuple[str, str, str]] | None = None
-
-        def claim(key: tuple[str, str, str]) -> Claim:
-            def mine() -> bool:
-                # The first claim marks the whole batch, inside the transaction the findings are
-                # written in: one UPDATE for the batch, committed (or not) with every finding.
-                nonlocal held
-                if held is None:
-                    held = self._store.mark_all_within(keys, Delivery.DONE, now, None, self._owner)
-                return key in held
-
-            return mine
-
-        recordings = [Recording(mine, job.fingerprint, claim=claim(job.key)) for job, mine in parts]
+        claims = BatchClaim(self._store, [job.key for job, _ in parts], Delivery.DONE, now, self._owner)
+        recordings = [Recording(mine, job.fingerprint, claim=claims.of(job.key)) for job, mine in parts]
         self._tracker.record_many(recordings, trigger=Trigger.ALERT, now=now, for_=timedelta(0))
         for job, _ in parts:
-            if held is None or job.key not in held:
+            if not claims.holds(job.key):
                 log.info(
                     "alert %s (%s): no longer held here, its diagnosis left unrecorded", job.fingerprint, job.alertname
                 )

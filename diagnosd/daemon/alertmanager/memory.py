@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -72,8 +72,7 @@ class DeliveryMemory:
         self.database = database
 
     def alert(self, key: Key) -> AlertRecord | None:
-        rows = self.database.rows(f"{_SELECT} WHERE {_KEY}", key)
-        return _record(rows[0]) if rows else None
+        return self.alerts([key]).get(key)
 
     def alerts(self, keys: Iterable[Key]) -> dict[Key, AlertRecord]:
         """`alert` for many states, one query a chunk: the states known, by key (an unknown one is absent)."""
@@ -109,16 +108,7 @@ class DeliveryMemory:
     ) -> bool:
         """`mark` inside a transaction the caller holds (the tracker's: the findings and the mark
         commit together or not at all)."""
-        attempt = 1 if outcome in ATTEMPTED else 0
-        sql = (
-            "UPDATE alerts SET outcome = ?, updated_at = ?, error = ?, attempts = attempts + ?, lease_until = NULL "
-            f"WHERE {_KEY}"
-        )
-        args: list[object] = [outcome, seconds(now), error, attempt, *key]
-        if owner is not None:
-            sql += " AND owner = ? AND outcome = ?"
-            args += [owner, QUEUED]
-        return self.database.execute(sql, args) > 0
+        return key in self.mark_all_within([key], outcome, now, error, owner)
 
     def mark_all(
         self, keys: Iterable[Key], outcome: str, now: datetime, error: str | None = None, owner: str | None = None
@@ -253,6 +243,29 @@ class DeliveryMemory:
                 "FROM alerts WHERE outcome != ? AND updated_at < ? LIMIT ?)",
                 (QUEUED, seconds(before), chunk),
             )
+
+
+class BatchClaim:
+    """The claims a batch's diagnoses are written under (Tracker.record_many), one per state: the
+    first one asked marks every state of the batch `outcome`, inside the transaction the findings
+    are written in (one UPDATE a chunk, committed or not with every finding); each then says
+    whether its own state was still `owner`'s."""
+
+    def __init__(self, memory: DeliveryMemory, keys: Sequence[Key], outcome: str, now: datetime, owner: str) -> None:
+        self._memory, self._keys, self._outcome, self._now, self._owner = memory, keys, outcome, now, owner
+        self._held: set[Key] | None = None
+
+    def of(self, key: Key) -> Callable[[], bool]:
+        def mine() -> bool:
+            if self._held is None:
+                self._held = self._memory.mark_all_within(self._keys, self._outcome, self._now, None, self._owner)
+            return key in self._held
+
+        return mine
+
+    def holds(self, key: Key) -> bool:
+        """Whether the state was recorded (False before any claim was asked, or if none was)."""
+        return self._held is not None and key in self._held
 
 
 def _keys_in(count: int) -> str:
