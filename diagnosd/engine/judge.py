@@ -10,7 +10,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import Any
 
 import promql_parser as pp
@@ -80,11 +80,11 @@ class Question:
     # `current` answers the plain value now, shown beside it.
     sustained: tuple[str, float] | None = None
     current: Answer | None = None
-    # compare.operator, found once: it is read for every target the question is judged on.
-    operator: str = field(init=False)
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "operator", self.compare.operator)
+    @cached_property
+    def operator(self) -> str:
+        # compare.operator, found once: it is read for every target the question is judged on.
+        return self.compare.operator
 
 
 @dataclass(frozen=True)
