@@ -1,7 +1,10 @@
 """Evaluates a tree for a scope at a time: every distinct query once, concurrently, for all targets.
 
-The only outside contact is the injected QuerySource; the cost of a diagnosis grows with the
-number of checks, never with the number of targets (each query returns a vector over all of them).
+The only outside contact is the injected QuerySource; the number of queries of a diagnosis grows
+with the number of checks, never with the number of targets (each query returns a vector over all
+of them). Each check is judged as soon as its own answers are in (engine/early.py), and a fleet's
+walk runs in slices, so that judging 1000 targets neither waits for the slowest query nor holds
+the event loop in one piece.
 """
 
 from __future__ import annotations
@@ -13,11 +16,12 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
 from diagnosd.engine import params as P
+from diagnosd.engine.early import Asker, EarlyJudge, steps
 from diagnosd.engine.fleet import fleet_results
 from diagnosd.engine.judge import Answer, Key, Question
 from diagnosd.engine.rewrite import ScopeMatcher, rewrite, strict_matcher
 from diagnosd.engine.scope import Scope
-from diagnosd.engine.walk import diagnose_target, explanations, severities
+from diagnosd.engine.walk import Shared, diagnose_target, explanations, severities
 from diagnosd.errors import QueryRejected, SourceError
 from diagnosd.findings.model import Diagnosis, NodeKind
 from diagnosd.moments import Clock, utc_now
@@ -30,6 +34,8 @@ from diagnosd.trees.families import absent_notes, probes
 from diagnosd.trees.model import CheckNode, Compare, Conditional, Text, Tree, comparisons, queries, walk
 
 Job = tuple[str, datetime]
+# Targets walked between two turns of the event loop.
+WALK_SLICE = 50
 
 
 @dataclass(frozen=True)
@@ -113,20 +119,22 @@ class Evaluator:
         spellings, notes = await self._spellings(texts.values(), start, at, where)
         resolved = {key: self._resolve(text, spellings, matchers, tree.target) for key, text in texts.items()}
         jobs = _jobs(resolved, offsets, at)
-        answers = self._young(await self._run(jobs, tree.target), at)
-        questions = _questions(tree, values, resolved, offsets, answers, at)
+        ask = _asker(tree, values, resolved, offsets, at)
+        early = EarlyJudge(steps(tree, lambda check: _jobs_of(check, resolved, offsets, at)), ask)
+        answers = await self._run(jobs, tree.target, at, early)
+        asked = {step.id: ask(step.id, answers) for step in early.steps}
+        questions = {check: question for check, (question, _) in asked.items()}
+        contexts = {check: context for check, (_, context) in asked.items()}
         targets = _targets(tree, resolved, answers, at, scope)
         traffic = None
         if tree.traffic is not None:
             traffic = (answers[(resolved["traffic"].query, at)], P.number(tree.traffic.min, values))
-        contexts = {
-            node.id: [(c.id, answers[(resolved[f"{node.id}.{c.id}"].query, at)]) for c in node.context]
-            for node, _ in walk(list(tree.nodes))
-            if isinstance(node, CheckNode)
-        }
-        contexts["detect"] = [(c.id, answers[(resolved[f"detect.{c.id}"].query, at)]) for c in tree.detect.context]
         explains, causes = explanations(tree, values), severities(tree)
-        results = tuple(diagnose_target(tree, key, questions, traffic, contexts, explains, causes) for key in targets)
+        results, shared = [], Shared(early.judged)
+        for done, key in enumerate(targets, 1):
+            results.append(diagnose_target(tree, key, questions, traffic, contexts, explains, causes, shared))
+            if done % WALK_SLICE == 0:
+                await asyncio.sleep(0)  # a fleet's walk in slices: the event loop serves in between
         fleet = fleet_results(tree, questions, contexts)
         notes.extend(_partial_notes(jobs, answers))
         return Diagnosis(
@@ -135,26 +143,25 @@ class Evaluator:
             evaluated_at=at,
             scope=scope.as_dict(),
             target_labels=tuple(tree.target),
-            targets=results,
+            targets=tuple(results),
             queries=len(jobs),
             notes=tuple(notes),
             fleet=fleet,
         )
 
-    def _young(self, answers: dict[Job, Answer], at: datetime) -> dict[Job, Answer]:
-        """Current answers whose window reaches before the history Prometheus holds, marked so."""
+    def _young(self, job: Job, answer: Answer, at: datetime) -> Answer:
+        """A current answer whose window reaches before the history Prometheus holds, marked so."""
         if self.history_start is None:
-            return answers
+            return answer
+        query, when = job
         # Whole seconds: "holds 9s", not "9s600ms".
         held = timedelta(seconds=int(max(at - self.history_start, timedelta(0)).total_seconds()))
-        out = dict(answers)
-        for (query, when), answer in answers.items():
-            needs = _reach_of(query)
-            if when == at and needs > held:
-                span = promql.format_duration
-                why = f"Prometheus holds {span(held)} of history; this query reads {span(needs)}"
-                out[(query, when)] = replace(answer, short_history=why)
-        return out
+        needs = _reach_of(query)
+        if when == at and needs > held:
+            span = promql.format_duration
+            why = f"Prometheus holds {span(held)} of history; this query reads {span(needs)}"
+            return replace(answer, short_history=why)
+        return answer
 
     async def _spellings(
         self, texts: Iterable[str], start: datetime, end: datetime, where: Sequence[str] = ()
@@ -228,7 +235,8 @@ class Evaluator:
         known = tuple(sorted((name, tuple(found)) for name, found in spellings.items()))
         return _resolved(text, known, tuple(matchers), tuple(target), self.aliases)
 
-    async def _run(self, jobs: set[Job], target: list[str]) -> dict[Job, Answer]:
+    async def _run(self, jobs: set[Job], target: list[str], at: datetime, early: EarlyJudge) -> dict[Job, Answer]:
+        """Every request, at most `concurrency` at once; each check is judged as its answers arrive."""
         limit = asyncio.Semaphore(self.concurrency)
 
         async def one(job: Job) -> tuple[Job, Answer]:
@@ -239,7 +247,29 @@ class Evaluator:
                     return job, Answer(error=error)
             return job, _answer(samples, target)
 
-        return dict(await asyncio.gather(*(one(job) for job in sorted(jobs, key=lambda j: (j[1], j[0])))))
+        # Created in a fixed order: the semaphore lets them through in it.
+        tasks = [asyncio.ensure_future(one(job)) for job in sorted(jobs, key=lambda j: (j[1], j[0]))]
+        pending: set[asyncio.Future[tuple[Job, Answer]]] = set(tasks)
+        answers: dict[Job, Answer] = {}
+        try:
+            while pending:
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    job, answer = task.result()
+                    answers[job] = self._young(job, answer, at)
+                while (step := early.ready(answers)) is not None:
+                    # A check at a time, a slice of targets at a time: the answers still coming
+                    # (and whatever else the loop serves) are read in between.
+                    for _ in early.judge(step, answers):
+                        await asyncio.sleep(0)
+                    await asyncio.sleep(0)
+        finally:
+            for task in pending:
+                task.cancel()
+            # Raised or cancelled, a diagnosis returns once every request of it has ended (its
+            # connection closed), and with every failure retrieved, none left for the loop to report.
+            await asyncio.gather(*tasks, return_exceptions=True)
+        return answers
 
 
 def _texts(tree: Tree, values: P.Params, topology: Topology) -> dict[str, str]:
@@ -326,52 +356,69 @@ def _partial_notes(jobs: set[Job], answers: Mapping[Job, Answer]) -> list[str]:
     ]
 
 
-def _questions(
+def _asker(
     tree: Tree,
     values: P.Params,
     resolved: Mapping[str, Resolved],
     offsets: Mapping[str, timedelta],
-    answers: Mapping[Job, Answer],
     at: datetime,
-) -> dict[str, Question]:
-    def leaf(key: str, kind: NodeKind, title: Text, item: Conditional) -> Question:
-        r = resolved[key]
-        raw, compare = item.comparison()
-        baseline_at = at - offsets[key] if key in offsets else None
-        sustained = item.sustained
-        return Question(
-            id=key,
-            kind=kind,
-            title=title,
-            query=r.query,
-            compare=compare,
-            threshold=P.number(compare.threshold, values),
-            now=answers[(r.query, at)],
-            baseline=answers[(r.query, baseline_at)] if baseline_at else None,
-            baseline_at=baseline_at,
-            absent=r.absent,
-            all_absent=r.all_absent,
-            unsourced=r.unsourced,
-            value_label=item.value_label,
-            absent_as_zero=item.absent_as_zero,
-            unit=item.unit,
-            assumed=P.assumed_in(f"{raw} {compare.threshold}", tree, values),
-            sustained=None if sustained is None else (_for(sustained.for_, values), P.number(sustained.share, values)),
-            current=answers[(resolved[f"{key}~now"].query, at)] if sustained is not None else None,
-        )
+) -> Asker:
+    """Builds a check's question and context answers ("detect" or a check node's id) from the answers."""
+    checks = {node.id: node for node, _ in walk(list(tree.nodes)) if isinstance(node, CheckNode)}
 
-    def ask(key: str, kind: NodeKind, title: Text, item: Conditional) -> Question:
-        if item.combine is None:
-            return leaf(key, kind, title, item)
-        parts = tuple(ask(f"{key}/{c.id}", NodeKind.CHECK, c.title, c) for c in item.conditions)
-        # The node's headline numbers are its first condition's; its verdict combines them all.
-        return replace(parts[0], id=key, kind=kind, title=title, combine=item.combine, conditions=parts)
+    def ask(check: str, answers: Mapping[Job, Answer]) -> tuple[Question, list[tuple[str, Answer]]]:
+        def leaf(key: str, kind: NodeKind, title: Text, item: Conditional) -> Question:
+            r = resolved[key]
+            raw, compare = item.comparison()
+            baseline_at = at - offsets[key] if key in offsets else None
+            sustained = item.sustained
+            return Question(
+                id=key,
+                kind=kind,
+                title=title,
+                query=r.query,
+                compare=compare,
+                threshold=P.number(compare.threshold, values),
+                now=answers[(r.query, at)],
+                baseline=answers[(r.query, baseline_at)] if baseline_at else None,
+                baseline_at=baseline_at,
+                absent=r.absent,
+                all_absent=r.all_absent,
+                unsourced=r.unsourced,
+                value_label=item.value_label,
+                absent_as_zero=item.absent_as_zero,
+                unit=item.unit,
+                assumed=P.assumed_in(f"{raw} {compare.threshold}", tree, values),
+                sustained=None
+                if sustained is None
+                else (_for(sustained.for_, values), P.number(sustained.share, values)),
+                current=answers[(resolved[f"{key}~now"].query, at)] if sustained is not None else None,
+            )
 
-    out = {"detect": ask("detect", NodeKind.DETECT, tree.detect.title, tree.detect)}
-    for node, _ in walk(list(tree.nodes)):
-        if isinstance(node, CheckNode):
-            out[node.id] = ask(node.id, NodeKind.CHECK, node.title, node)
-    return out
+        def question(key: str, kind: NodeKind, title: Text, item: Conditional) -> Question:
+            if item.combine is None:
+                return leaf(key, kind, title, item)
+            parts = tuple(question(f"{key}/{c.id}", NodeKind.CHECK, c.title, c) for c in item.conditions)
+            # The node's headline numbers are its first condition's; its verdict combines them all.
+            return replace(parts[0], id=key, kind=kind, title=title, combine=item.combine, conditions=parts)
+
+        if check == "detect":
+            asked = question("detect", NodeKind.DETECT, tree.detect.title, tree.detect)
+            context = tree.detect.context
+        else:
+            node = checks[check]
+            asked, context = question(check, NodeKind.CHECK, node.title, node), node.context
+        return asked, [(c.id, answers[(resolved[f"{check}.{c.id}"].query, at)]) for c in context]
+
+    return ask
+
+
+def _jobs_of(check: str, resolved: Mapping[str, Resolved], offsets: Mapping[str, timedelta], at: datetime) -> set[Job]:
+    """The requests one check ("detect" or a node's id) reads: its comparisons (`check/condition`),
+    their baselines and current values (`~now`), and its context values (`check.name`)."""
+    own = [k for k in resolved if k == check or (k.startswith(check) and k[len(check)] in "/.~")]
+    jobs = {(resolved[k].query, at) for k in own}
+    return jobs | {(resolved[k].query, at - offsets[k]) for k in own if k in offsets}
 
 
 def _for(raw: str, values: P.Params) -> str:

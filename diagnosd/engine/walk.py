@@ -37,11 +37,22 @@ SEVERITY_ORDER = {Severity.CRITICAL: 0, Severity.WARNING: 1, Severity.INFO: 2}
 
 
 @dataclass
+class Shared:
+    """What the walks of one diagnosis share between its targets: the verdicts judged while the
+    rest of the answers were in flight (engine/early.py), and the results that are the same for
+    every target (a manual check's, a skipped one's), made once instead of once per target."""
+
+    early: Mapping[str, Mapping[Key, tuple[Judged, CheckResult]]] = field(default_factory=dict)
+    fixed: dict[str, CheckResult] = field(default_factory=dict)
+
+
+@dataclass
 class _Walk:
     key: Key
     questions: Mapping[str, Question]
     traffic: tuple[Answer, float] | None
     contexts: Mapping[str, Sequence[tuple[str, Answer]]]
+    shared: Shared = field(default_factory=Shared)
     results: list[CheckResult] = field(default_factory=list)
     causes: list[RootCause] = field(default_factory=list)
 
@@ -52,8 +63,9 @@ class _Walk:
             if isinstance(node, CheckNode):
                 self.check(node, depth, parent, open_, chain)
             elif isinstance(node, ManualNode):
-                self.results.append(
-                    CheckResult(
+                manual = self.shared.fixed.get(node.id)
+                if manual is None:
+                    manual = self.shared.fixed[node.id] = CheckResult(
                         id=node.id,
                         kind=NodeKind.MANUAL,
                         title=node.title,
@@ -63,7 +75,7 @@ class _Walk:
                         guidance=node.manual,
                         cause=node.conclusion.cause if node.conclusion else None,
                     )
-                )
+                self.results.append(manual)
                 self.nodes(node.children, depth + 1, node.id, open_, chain)
             else:
                 self.group(node, depth, parent, open_, chain)
@@ -72,10 +84,19 @@ class _Walk:
         question = self.questions[node.id]
         cause = node.conclusion.cause if node.conclusion else None
         if not open_:
-            judged = Judged(Verdict.SKIPPED, Reason.PARENT_NOT_MATCHED, f"only asked when {parent} matched")
+            skipped = self.shared.fixed.get(node.id)
+            if skipped is None:
+                judged = Judged(Verdict.SKIPPED, Reason.PARENT_NOT_MATCHED, f"only asked when {parent} matched")
+                skipped = self.shared.fixed[node.id] = result(question, judged, depth, parent, cause)
+            self.results.append(skipped)
+            self.nodes(node.children, depth + 1, node.id, False, chain)
+            return
+        gated = self.gate(node)
+        if gated is None:
+            judged, checked = self.judged(node.id, question, depth, parent, cause)
         else:
-            judged = self.gate(node) or judge(question, self.key, context_values(self.contexts[node.id], self.key))
-        self.results.append(result(question, judged, depth, parent, cause))
+            judged, checked = gated, result(question, gated, depth, parent, cause)
+        self.results.append(checked)
         matched = judged.verdict is Verdict.MATCHED
         here = (*chain, judged.evidence) if matched and judged.evidence else chain
         if matched and node.conclusion is not None:
@@ -95,6 +116,15 @@ class _Walk:
             )
         self.nodes(node.children, depth + 1, node.id, matched, here)
 
+    def judged(
+        self, check: str, question: Question, depth: int, parent: str | None, cause: str | None
+    ) -> tuple[Judged, CheckResult]:
+        early = self.shared.early.get(check, {}).get(self.key)
+        if early is not None:
+            return early
+        judged = judge(question, self.key, context_values(self.contexts.get(check, ()), self.key))
+        return judged, result(question, judged, depth, parent, cause)
+
     def gate(self, node: CheckNode) -> Judged | None:
         """Too little traffic to judge a ratio: unknown, before anything is compared."""
         if not node.needs_traffic or self.traffic is None:
@@ -110,25 +140,19 @@ class _Walk:
 
     def group(self, node: GroupNode, depth: int, parent: str | None, open_: bool, chain: tuple[Evidence, ...]) -> None:
         index = len(self.results)
-        self.results.append(
+        self.nodes(node.children, depth + 1, node.id, open_, chain)
+        # Its verdict summarizes what is under it: made once that is walked, put before it.
+        inner = [r.verdict for r in self.results[index:] if r.kind is not NodeKind.GROUP]
+        self.results.insert(
+            index,
             CheckResult(
                 id=node.id,
                 kind=NodeKind.GROUP,
                 title=node.title,
                 depth=depth,
-                verdict=Verdict.CLEAR,
+                verdict=_summary(inner),
                 parent=parent,
-            )
-        )
-        self.nodes(node.children, depth + 1, node.id, open_, chain)
-        inner = [r.verdict for r in self.results[index + 1 :] if r.kind is not NodeKind.GROUP]
-        self.results[index] = CheckResult(
-            id=node.id,
-            kind=NodeKind.GROUP,
-            title=node.title,
-            depth=depth,
-            verdict=_summary(inner),
-            parent=parent,
+            ),
         )
 
 
@@ -381,21 +405,26 @@ def diagnose_target(
     contexts: Mapping[str, Sequence[tuple[str, Answer]]],
     explains: Explanations | None = None,
     causes: Mapping[str, Severity] | None = None,
+    shared: Shared | None = None,
 ) -> TargetDiagnosis:
     """One target's walk. `explains` (explanations) and `causes` (severities) are facts of the tree:
-    a caller walking many targets computes them once; without them they are computed here."""
+    a caller walking many targets computes them once; without them they are computed here.
+    `shared`: what the caller's walks of many targets share (Shared)."""
+    state = _Walk(key, questions, traffic, contexts, shared or Shared())
     detect_q = questions["detect"]
-    detected = judge(detect_q, key, context_values(contexts.get("detect", ()), key))
-    detect = result(detect_q, detected, 0, None, None)
+    detected, detect = state.judged("detect", detect_q, 0, None, None)
     present = {Verdict.MATCHED: True, Verdict.CLEAR: False}.get(detected.verdict)
-    state = _Walk(key, questions, traffic, contexts)
     state.nodes(tree.nodes, 1, None, True, ())
-    doubts = unsettled(state.results, severities(tree) if causes is None else causes)
-    roots, consequences, undecided = rank(state.causes, explanations(tree) if explains is None else explains, doubts)
-    # A cause is only a cause of a symptom that is there; where the symptom could not be
-    # established, the matched branches would explain it ("possible"), and nothing is raised.
-    if present is False:
-        roots, consequences, undecided = (), (), ()
+    # A cause is only a cause of a symptom that is there (nothing is ranked where it is not);
+    # where the symptom could not be established, the matched branches would explain it
+    # ("possible"), and nothing is raised.
+    roots: tuple[RootCause, ...] = ()
+    consequences: tuple[RootCause, ...] = ()
+    undecided: tuple[RootCause, ...] = ()
+    if present is not False:
+        doubts = unsettled(state.results, severities(tree) if causes is None else causes)
+        explains = explanations(tree) if explains is None else explains
+        roots, consequences, undecided = rank(state.causes, explains, doubts)
     return TargetDiagnosis(
         labels=dict(zip(tree.target, key, strict=True)),
         symptom_present=present,

@@ -81,10 +81,16 @@ def _check_params(tree: Tree) -> Found:
             yield ("params", name, "default"), f"{param.default!r} is neither a number nor a duration (10m, 1d)"
 
 
+# The keys the engine gives the tree's own queries, beside its nodes' ids.
+RESERVED_IDS = frozenset({"detect", "traffic"})
+
+
 def _check_ids(tree: Tree) -> Found:
     seen: dict[str, Loc] = {}
     causes: dict[str, Loc] = {}
     for loc, node in node_locations(tree):
+        if node.id in RESERVED_IDS:
+            yield (*loc, "id"), f"node id {node.id!r} is reserved: it names the tree's own {node.id} query"
         if node.id in seen:
             yield (*loc, "id"), f"node id {node.id!r} is used twice in this tree"
         seen[node.id] = loc

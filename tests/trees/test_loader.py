@@ -77,6 +77,16 @@ def test_unknown_param_duplicate_id_and_catalog_gap_all_at_once(rules_dir: Path)
     ]
 
 
+def test_a_node_may_not_take_the_name_of_the_trees_own_queries(rules_dir: Path) -> None:
+    # The engine keys the detect's and the traffic floor's queries "detect" and "traffic", beside
+    # the nodes' ids: a node named so would take the detect's answers for its own.
+    path = edit(rules_dir, "- id: kv_growth", "- id: detect")
+    assert problems(rules_dir) == [
+        f"{path}:22: nodes[0](kv_pool_full).children[0](detect).id: "
+        "node id 'detect' is reserved: it names the tree's own detect query"
+    ]
+
+
 def test_derived_check_needs_a_caveat(rules_dir: Path) -> None:
     path = edit(rules_dir, "    compare: {above: $kv_full}\n", "    compare: {above: $kv_full}\n    basis: derived\n")
     assert problems(rules_dir) == [
