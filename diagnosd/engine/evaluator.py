@@ -14,6 +14,7 @@ import functools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from diagnosd.engine import params as P
 from diagnosd.engine.early import Asker, EarlyJudge, steps
@@ -266,10 +267,26 @@ class Evaluator:
         finally:
             for task in pending:
                 task.cancel()
-            # Raised or cancelled, a diagnosis returns once every request of it has ended (its
-            # connection closed), and with every failure retrieved, none left for the loop to report.
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await _ended(tasks)
         return answers
+
+
+async def _ended(tasks: Sequence[asyncio.Future[Any]]) -> None:
+    """Returns once every task has ended: raised or cancelled, a diagnosis returns only when each
+    of its requests has closed its connection, and with their failures retrieved (none left for
+    the loop to report). A cancellation that comes meanwhile is not passed on to them (that would
+    cut their closing short): it is raised once they have ended."""
+    interrupted = False
+    while not all(task.done() for task in tasks):
+        try:
+            await asyncio.wait(tasks)
+        except asyncio.CancelledError:
+            interrupted = True
+    for task in tasks:
+        if not task.cancelled():
+            task.exception()
+    if interrupted:
+        raise asyncio.CancelledError
 
 
 def _texts(tree: Tree, values: P.Params, topology: Topology) -> dict[str, str]:
