@@ -87,7 +87,7 @@ class Question:
         return self.compare.operator
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Judged:
     verdict: Verdict
     reason: Reason | None = None

@@ -116,7 +116,7 @@ def _ratio(value: float, baseline: float | None) -> float | None:
     return value / baseline
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class CheckResult:
     id: str
     kind: NodeKind
@@ -133,7 +133,7 @@ class CheckResult:
     warnings: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class RootCause:
     cause: str
     title: Text
@@ -155,7 +155,7 @@ class RootCause:
     unsettled_by: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class TargetDiagnosis:
     labels: Mapping[str, str]
     symptom_present: bool | None
