@@ -8,6 +8,9 @@ real Prometheus, then measured in a fresh process, so that its peak RSS is that 
 - asked / sent: instant queries the trees asked in one scheduler round (the real
   `Scheduler.run_round` of `compose.open_services`) and those that reached Prometheus;
 - round: median wall time of a round, and its ratio to the first N;
+- prom cpu: the CPU seconds Prometheus itself spent per round (its process_cpu_seconds_total
+  across the measured rounds, over their number): over the machine's cores, the floor no client
+  can take a round under;
 - triage: queries and median wall time of `Diagnoser.triage` (every tree), and its ratio;
 - rss: the measuring process's peak resident set (getrusage ru_maxrss), MiB;
 - json: the share of a round's wall time spent in json.loads of Prometheus' answers (cProfile);
@@ -38,9 +41,11 @@ from dataclasses import dataclass, field
 from multiprocessing.context import SpawnContext
 from pathlib import Path
 
+import httpx
 from common import QueryCounter, Recorder  # bench/: run as `python bench/NAME.py`
 from fleet import ANCHOR, save, simulate, write
 from prometheus_client import CollectorRegistry
+from prometheus_client.parser import text_string_to_metric_families
 
 from diagnosd.daemon import compose
 from diagnosd.daemon.diagnoser import Diagnoser
@@ -54,7 +59,7 @@ from diagnosd.trees import Tree
 # promtool's block length under backfill's 72 h cap: its largest range that fits, 2 h x 3^3.
 BLOCK = 54 * 3600
 COLUMNS = (
-    *("pods", "series", "asked", "sent", "round", "ratio"),
+    *("pods", "series", "asked", "sent", "round", "ratio", "prom cpu"),
     *("triage q", "triage", "ratio", "rss", "json", "overhead"),
 )
 
@@ -66,6 +71,7 @@ class Row:
     asked: int
     sent: int
     round_seconds: float
+    prometheus_cpu: float  # Prometheus' CPU seconds per round
     triage_queries: int
     triage_seconds: float
     rss_mib: float
@@ -155,11 +161,13 @@ async def _measured(url: str, here: Path, pods: int, series: int, repeats: int) 
     async with compose.open_services(runtime) as services:
         await services.scheduler.run_round()  # warm Prometheus' caches and the store
         rounds, asked, sent = [], 0, 0
+        cpu = await _prometheus_cpu(url)
         for _ in range(repeats):
             before, counter.queries = _asked(registry), 0
             result = await services.scheduler.run_round()
             rounds.append(result.seconds)
             asked, sent = int(_asked(registry) - before), counter.queries
+        prometheus_cpu = (await _prometheus_cpu(url) - cpu) / repeats
         triages = []
         for _ in range(repeats):
             counter.queries = 0
@@ -179,12 +187,23 @@ async def _measured(url: str, here: Path, pods: int, series: int, repeats: int) 
         asked,
         sent,
         statistics.median(rounds),
+        prometheus_cpu,
         triage_queries,
         statistics.median(triages),
         rss,
         json_share,
         overheads,
     )
+
+
+async def _prometheus_cpu(url: str) -> float:
+    """Prometheus' own process_cpu_seconds_total, from its /metrics."""
+    async with httpx.AsyncClient(timeout=30) as client:
+        text = (await client.get(f"{url}/metrics")).text
+    for family in text_string_to_metric_families(text):
+        if family.name == "process_cpu_seconds":
+            return float(family.samples[0].value)
+    raise RuntimeError(f"{url}/metrics has no process_cpu_seconds_total")
 
 
 def _asked(registry: CollectorRegistry) -> float:
@@ -225,6 +244,7 @@ def _line(row: Row, first: Row) -> str:
         f"{row.sent}",
         f"{row.round_seconds * 1000:.0f}ms",
         f"{row.round_seconds / first.round_seconds:.1f}x",
+        f"{row.prometheus_cpu * 1000:.0f}ms",
         f"{row.triage_queries}",
         f"{row.triage_seconds * 1000:.0f}ms",
         f"{row.triage_seconds / first.triage_seconds:.1f}x",

@@ -34,9 +34,9 @@ def test_the_harness_reports_every_figure_at_ten_pods(harness: ModuleType, tmp_p
     rows = harness.run([10], repeats=1, workdir=tmp_path)
     [row] = rows
     figures = [row.series, row.asked, row.sent, row.round_seconds, row.triage_queries, row.triage_seconds]
-    figures += [row.rss_mib, row.json_share]
+    figures += [row.rss_mib, row.json_share, row.prometheus_cpu]
     assert all(math.isfinite(v) and v >= 0 for v in figures), row
-    assert min(row.series, row.asked, row.sent, row.triage_queries, row.rss_mib) > 0
+    assert min(row.series, row.asked, row.sent, row.triage_queries, row.rss_mib, row.prometheus_cpu) > 0
     assert row.sent <= row.asked  # the round's memo never sends more than was asked
     trees = set(compose.load().ruleset.trees)
     assert set(row.overheads) == trees
