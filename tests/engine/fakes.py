@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -38,3 +39,25 @@ class FakeSource:
 
 def samples(values: dict[str, float], label: str = "pod", **common: str) -> list[Sample]:
     return [Sample({"namespace": "prod", label: key, **common}, value) for key, value in values.items()]
+
+
+class Turns:
+    """Counts the event loop's turns while it is entered: a task that adds one at every turn, to
+    tell whether a long piece of work let the loop run in between."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> Turns:
+        self._task = asyncio.ensure_future(self._tick())
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._task is not None:
+            self._task.cancel()
+
+    async def _tick(self) -> None:
+        while True:
+            self.count += 1
+            await asyncio.sleep(0)

@@ -17,7 +17,7 @@ from diagnosd.findings import Verdict
 from diagnosd.findings.model import Diagnosis
 from diagnosd.sources.base import Sample
 from diagnosd.trees.model import Tree
-from tests.engine.fakes import FakeSource, samples
+from tests.engine.fakes import FakeSource, Turns, samples
 from tests.engine.test_evaluator import AT, TEXT, check, conclusion, make_tree
 
 PODS = [f"p{i}" for i in range(6)]
@@ -166,30 +166,19 @@ async def test_a_check_over_many_targets_is_judged_in_slices_the_event_loop_runs
 ) -> None:
     import diagnosd.engine.early as early
 
-    turns = 0
     seen: dict[str, list[int]] = {}
     original = early.judge
 
     def judge(question: Any, key: Any, context: Any = None) -> Any:
-        seen.setdefault(question.id, []).append(turns)  # the loop's turns so far, per verdict
+        seen.setdefault(question.id, []).append(turns.count)  # the loop's turns so far, per verdict
         return original(question, key, context)
 
     monkeypatch.setattr(early, "judge", judge)
-
-    async def ticking() -> None:
-        nonlocal turns
-        while True:
-            turns += 1
-            await asyncio.sleep(0)
-
-    ticker = asyncio.ensure_future(ticking())
-    try:
+    async with Turns() as turns:
         pods = {f"p{i}": 20.0 for i in range(1000)}
         tree = make_tree(check("a", "kv", {"above": 0.9}, conclusion=conclusion("kv_full")))
         source = FakeSource({"waiting": samples(pods), "kv": samples(dict.fromkeys(pods, 0.95))})
         diagnosis = await Evaluator(source).diagnose(tree, at=AT)
-    finally:
-        ticker.cancel()
     assert len(diagnosis.targets) == 1000
     # 1000 verdicts of one check, 200 at a time: the loop ran between the slices, not only after.
     assert len(seen["a"]) == 1000

@@ -22,7 +22,7 @@ import diagnosd.engine.evaluator as evaluator_mod
 from diagnosd.engine import Evaluator, Scope
 from diagnosd.engine.early import EarlyJudge, Step
 from diagnosd.sources.base import Sample
-from tests.engine.fakes import FakeSource
+from tests.engine.fakes import FakeSource, Turns
 from tests.engine.test_early import rich_tree
 from tests.engine.test_early_review import (
     Ordered,
@@ -302,27 +302,16 @@ async def test_concurrent_sliced_diagnoses_do_not_mix(monkeypatch: pytest.Monkey
 
 
 async def test_the_event_loop_runs_between_walk_slices(monkeypatch: pytest.MonkeyPatch) -> None:
-    turns = 0
     seen: list[int] = []
     original = evaluator_mod.diagnose_target
 
     def counting(*args: Any, **kw: Any) -> Any:
-        seen.append(turns)
+        seen.append(turns.count)
         return original(*args, **kw)
 
     monkeypatch.setattr(evaluator_mod, "diagnose_target", counting)
-
-    async def ticking() -> None:
-        nonlocal turns
-        while True:
-            turns += 1
-            await asyncio.sleep(0)
-
-    ticker = asyncio.ensure_future(ticking())
-    try:
+    async with Turns() as turns:
         diagnosis = await Evaluator(FakeSource(rich_answers())).diagnose(rich_tree(), at=AT)
-    finally:
-        ticker.cancel()
     assert len(diagnosis.targets) == len(FLEET) == len(seen)
     # 173 targets, 50 at a time: four slices, the loop turning between each.
     assert len(set(seen)) == 4
