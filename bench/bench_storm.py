@@ -15,7 +15,9 @@ per delivery against one per alert; and of recording a coalesced batch's alerts 
 evaluation is done (each alert's resolution looked up, its part of the diagnosis written with its
 finding link, its state marked done under its claim): one transaction per alert against one for
 the batch. `--records-only` runs these two tables alone (no Prometheus needed); `--postgres URL`
-adds the batch table on that PostgreSQL (an empty database or schema of its own).
+adds the batch table on that PostgreSQL (an empty database or schema of its own). `--stalls`
+samples, while each diagnosing mode runs, where the daemon's event loop stalled over 20 ms
+(bench/stalls.py) and prints the calls that held it, most samples first.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from typing import Any
 import uvicorn
 from bench_triage import AT, fleet  # bench/: run as `python bench/NAME.py`
 from prometheus_client import CollectorRegistry
+from stalls import Stalls
 
 from diagnosd.api import create_app
 from diagnosd.daemon import compose
@@ -233,6 +236,9 @@ async def run_once(prometheus: str, work: Path, mode: Mode, args: argparse.Names
     while not server.started:  # noqa: ASYNC110 - uvicorn offers a flag, not an event
         await asyncio.sleep(0.05)
     evaluations, done, drain = 0, 0, 0.0
+    stalls = Stalls() if args.stalls and mode.diagnose and not mode.floor else None
+    if stalls is not None:
+        stalls.start()
     try:
         services: Services | None = None if mode.floor else app.state.services
         if services is not None and not mode.diagnose:
@@ -255,6 +261,16 @@ async def run_once(prometheus: str, work: Path, mode: Mode, args: argparse.Names
             evaluations = int(counted(services.metrics.diagnoses, trigger="alert"))
             done = len(services.memory.alerts_by_outcome("done"))
     finally:
+        if stalls is not None:
+            stalls.stop()
+            window = mode.window or "the default window"
+            print(
+                f"where the loop stalled over {stalls.over * 1000:.0f} ms, coalescing {window} "
+                f"(one sample per {stalls.every * 1000:.0f} ms of a stall):",
+                file=sys.stderr,
+            )
+            for where, count in stalls.top(8):
+                print(f"  {count:5d}  {where}", file=sys.stderr)
         server.should_exit = True
         await serving
     return Run(
@@ -444,6 +460,7 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--records-only", action="store_true", help="only the store's recording tables")
     parser.add_argument("--postgres", metavar="URL", help="also record batches on this PostgreSQL")
+    parser.add_argument("--stalls", action="store_true", help="sample where the event loop stalls while diagnosing")
     return parser.parse_args()
 
 
