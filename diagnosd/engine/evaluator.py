@@ -383,48 +383,46 @@ def _asker(
     """Builds a check's question and context answers ("detect" or a check node's id) from the answers."""
     checks = {node.id: node for node, _ in walk(list(tree.nodes)) if isinstance(node, CheckNode)}
 
+    def leaf(key: str, kind: NodeKind, title: Text, item: Conditional, answers: Mapping[Job, Answer]) -> Question:
+        r = resolved[key]
+        raw, compare = item.comparison()
+        baseline_at = at - offsets[key] if key in offsets else None
+        sustained = item.sustained
+        return Question(
+            id=key,
+            kind=kind,
+            title=title,
+            query=r.query,
+            compare=compare,
+            threshold=P.number(compare.threshold, values),
+            now=answers[(r.query, at)],
+            baseline=answers[(r.query, baseline_at)] if baseline_at else None,
+            baseline_at=baseline_at,
+            absent=r.absent,
+            all_absent=r.all_absent,
+            unsourced=r.unsourced,
+            value_label=item.value_label,
+            absent_as_zero=item.absent_as_zero,
+            unit=item.unit,
+            assumed=P.assumed_in(f"{raw} {compare.threshold}", tree, values),
+            sustained=None if sustained is None else (_for(sustained.for_, values), P.number(sustained.share, values)),
+            current=answers[(resolved[f"{key}~now"].query, at)] if sustained is not None else None,
+        )
+
+    def question(key: str, kind: NodeKind, title: Text, item: Conditional, answers: Mapping[Job, Answer]) -> Question:
+        if item.combine is None:
+            return leaf(key, kind, title, item, answers)
+        parts = tuple(question(f"{key}/{c.id}", NodeKind.CHECK, c.title, c, answers) for c in item.conditions)
+        # The node's headline numbers are its first condition's; its verdict combines them all.
+        return replace(parts[0], id=key, kind=kind, title=title, combine=item.combine, conditions=parts)
+
     def ask(check: str, answers: Mapping[Job, Answer]) -> tuple[Question, list[tuple[str, Answer]]]:
-        def leaf(key: str, kind: NodeKind, title: Text, item: Conditional) -> Question:
-            r = resolved[key]
-            raw, compare = item.comparison()
-            baseline_at = at - offsets[key] if key in offsets else None
-            sustained = item.sustained
-            return Question(
-                id=key,
-                kind=kind,
-                title=title,
-                query=r.query,
-                compare=compare,
-                threshold=P.number(compare.threshold, values),
-                now=answers[(r.query, at)],
-                baseline=answers[(r.query, baseline_at)] if baseline_at else None,
-                baseline_at=baseline_at,
-                absent=r.absent,
-                all_absent=r.all_absent,
-                unsourced=r.unsourced,
-                value_label=item.value_label,
-                absent_as_zero=item.absent_as_zero,
-                unit=item.unit,
-                assumed=P.assumed_in(f"{raw} {compare.threshold}", tree, values),
-                sustained=None
-                if sustained is None
-                else (_for(sustained.for_, values), P.number(sustained.share, values)),
-                current=answers[(resolved[f"{key}~now"].query, at)] if sustained is not None else None,
-            )
-
-        def question(key: str, kind: NodeKind, title: Text, item: Conditional) -> Question:
-            if item.combine is None:
-                return leaf(key, kind, title, item)
-            parts = tuple(question(f"{key}/{c.id}", NodeKind.CHECK, c.title, c) for c in item.conditions)
-            # The node's headline numbers are its first condition's; its verdict combines them all.
-            return replace(parts[0], id=key, kind=kind, title=title, combine=item.combine, conditions=parts)
-
         if check == "detect":
-            asked = question("detect", NodeKind.DETECT, tree.detect.title, tree.detect)
+            asked = question("detect", NodeKind.DETECT, tree.detect.title, tree.detect, answers)
             context = tree.detect.context
         else:
             node = checks[check]
-            asked, context = question(check, NodeKind.CHECK, node.title, node), node.context
+            asked, context = question(check, NodeKind.CHECK, node.title, node, answers), node.context
         return asked, [(c.id, answers[(resolved[f"{check}.{c.id}"].query, at)]) for c in context]
 
     return ask
