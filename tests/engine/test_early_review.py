@@ -26,7 +26,7 @@ from diagnosd.findings.model import Diagnosis, Verdict
 from diagnosd.sources.base import Sample, Samples
 from diagnosd.trees.model import Tree
 from tests.engine.fakes import FakeSource
-from tests.engine.test_evaluator import AT, TEXT, conclusion
+from tests.engine.test_evaluator import AT, TEXT, check, conclusion
 
 PODS = [f"p{i}" for i in range(7)]
 
@@ -78,7 +78,9 @@ def q(i: int, wrap: str = "max by ($target) ({})") -> str:
 
 
 def every_feature_tree() -> Tree:
-    leaf = lambda cid, i, compare, **extra: {"id": cid, "title": TEXT, "query": q(i), "compare": compare, **extra}  # noqa: E731
+    def on(i: int, id_: str, compare: dict[str, Any], **extra: Any) -> dict[str, Any]:
+        return check(id_, metric(i), compare, **extra)
+
     return Tree.model_validate(
         {
             "id": "every_feature",
@@ -87,125 +89,84 @@ def every_feature_tree() -> Tree:
             "params": {"floor": {"default": 0.5, "doc": "d"}},
             "detect": {
                 "title": TEXT,
-                "any": [leaf("hi", 0, {"above": 10}), leaf("grew", 1, {"ratio_above": 2, "baseline": "1d"})],
+                "any": [on(0, "hi", {"above": 10}), on(1, "grew", {"ratio_above": 2, "baseline": "1d"})],
                 "context": [{"id": "temp", "title": TEXT, "query": q(2)}],
             },
             "traffic": {"query": q(3, "sum by ($target) ({})"), "min": "$floor"},
             "nodes": [
-                {
-                    "id": "gated",
-                    "title": TEXT,
-                    "query": q(4),
-                    "compare": {"ratio_above": 1.5, "baseline": "1h"},
-                    "needs_traffic": True,
-                    "conclusion": conclusion("gated_cause"),
-                    "children": [
-                        {
-                            "id": "under_gated",
-                            "title": TEXT,
-                            "query": q(5),
-                            "compare": {"above": 1},
-                            "conclusion": conclusion("under_gated_cause"),
-                        }
-                    ],
-                },
-                {
-                    "id": "zeroed",
-                    "title": TEXT,
-                    "query": q(6),
-                    "compare": {"below": 1},
-                    "absent_as_zero": True,
-                    "conclusion": conclusion("zeroed_cause"),
-                    "children": [
+                on(
+                    4,
+                    "gated",
+                    {"ratio_above": 1.5, "baseline": "1h"},
+                    needs_traffic=True,
+                    conclusion=conclusion("gated_cause"),
+                    children=[on(5, "under_gated", {"above": 1}, conclusion=conclusion("under_gated_cause"))],
+                ),
+                on(
+                    6,
+                    "zeroed",
+                    {"below": 1},
+                    absent_as_zero=True,
+                    conclusion=conclusion("zeroed_cause"),
+                    children=[
                         {
                             "id": "grp",
                             "title": TEXT,
                             "group": True,
                             "children": [
-                                {
-                                    "id": "under_zero",
-                                    "title": TEXT,
-                                    "query": q(7),
-                                    "compare": {"above": 5},
-                                    "absent_as_zero": True,
-                                    "conclusion": conclusion("under_zero_cause"),
-                                },
+                                on(
+                                    7,
+                                    "under_zero",
+                                    {"above": 5},
+                                    absent_as_zero=True,
+                                    conclusion=conclusion("under_zero_cause"),
+                                ),
                                 {"id": "hand", "title": TEXT, "manual": TEXT, "conclusion": conclusion("by_hand")},
                             ],
                         }
                     ],
-                },
+                ),
                 {
                     "id": "nested",
                     "title": TEXT,
                     "all": [
-                        leaf("held", 8, {"above": 3}, sustained={"for": "10m", "share": 0.8}),
+                        on(8, "held", {"above": 3}, sustained={"for": "10m", "share": 0.8}),
                         {
                             "id": "either",
                             "title": TEXT,
-                            "any": [
-                                leaf("lo", 9, {"below": 2}),
-                                leaf("delta", 10, {"delta_above": 1, "baseline": "1d"}),
-                            ],
+                            "any": [on(9, "lo", {"below": 2}), on(10, "delta", {"delta_above": 1, "baseline": "1d"})],
                         },
                     ],
                     "context": [{"id": "ctx", "title": TEXT, "query": q(11)}],
-                    "conclusion": conclusion(
-                        "nested_cause",
-                    ),
+                    "conclusion": conclusion("nested_cause"),
                     "children": [
                         {
                             "id": "manual_mid",
                             "title": TEXT,
                             "manual": TEXT,
                             "children": [
-                                {
-                                    "id": "under_manual",
-                                    "title": TEXT,
-                                    "query": q(12),
-                                    "compare": {"above": 0},
-                                    "conclusion": conclusion("under_manual_cause"),
-                                }
+                                on(12, "under_manual", {"above": 0}, conclusion=conclusion("under_manual_cause"))
                             ],
                         }
                     ],
                 },
-                {
-                    "id": "fleetwide",
-                    "title": TEXT,
-                    "query": q(13, "sum({})"),
-                    "compare": {"above": 1},
-                    "conclusion": conclusion("fleet_cause"),
-                },
-                {
-                    "id": "broken",
-                    "title": TEXT,
-                    "query": q(14),
-                    "compare": {"above": 1},
-                    "conclusion": conclusion("broken_cause"),
-                    "children": [{"id": "under_broken", "title": TEXT, "query": q(15), "compare": {"above": 1}}],
-                },
-                {
-                    "id": "partial",
-                    "title": TEXT,
-                    "query": q(16),
-                    "compare": {"above": 50},
-                    "conclusion": conclusion("partial_cause"),
-                },
-                {
-                    "id": "young",
-                    "title": TEXT,
-                    "query": q(17, "max by ($target) (rate({}[2h]))"),
-                    "compare": {"above": 0.1},
-                    "conclusion": conclusion("young_cause"),
-                },
-                {
-                    "id": "gone",
-                    "title": TEXT,
-                    "query": q(18),
-                    "compare": {"above": 1},
-                    "conclusion": conclusion("gone_cause"),
-                },
+                on(13, "fleetwide", {"above": 1}, query=q(13, "sum({})"), conclusion=conclusion("fleet_cause")),
+                on(
+                    14,
+                    "broken",
+                    {"above": 1},
+                    conclusion=conclusion("broken_cause"),
+                    children=[on(15, "under_broken", {"above": 1})],
+                ),
+                on(16, "partial", {"above": 50}, conclusion=conclusion("partial_cause")),
+                on(
+                    17,
+                    "young",
+                    {"above": 0.1},
+                    query=q(17, "max by ($target) (rate({}[2h]))"),
+                    conclusion=conclusion("young_cause"),
+                ),
+                on(18, "gone", {"above": 1}, conclusion=conclusion("gone_cause")),
             ],
         }
     )
