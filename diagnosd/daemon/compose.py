@@ -258,6 +258,7 @@ async def open_services(runtime: Runtime) -> AsyncIterator[Services]:
             strict_labels=settings.prometheus.strict_labels,
             owner=replica(settings),
             lease=hook.lease,
+            refresh=settings.store.retention / 10,
         )
         await inbox.start()
         stack.push_async_callback(inbox.stop)

@@ -47,6 +47,11 @@ log = logging.getLogger(__name__)
 # The owner of every state on a SQLite store: one file, one replica, the same across its restarts.
 LOCAL = "local"
 LEASE = timedelta(seconds=30)
+# A re-send is written to the store only once its memory is this old: a storm's duplicates (HA
+# twins, repeat_interval re-sends) are a lookup, not a write transaction each. The inbox's owner
+# passes a tenth of the retention, so a re-sent state is remembered at least 90 % of it past its
+# last delivery.
+REFRESH = timedelta(hours=1)
 # A coalesced batch is cut from its diagnosis (every target read per alert) and recorded (one
 # transaction per slice of alerts, each alert's findings with its `done`) a slice at a time, the
 # event loop turning between: 300 alerts at once held the webhook's acks for 40 ms and more.
@@ -106,6 +111,7 @@ class Inbox:
         strict_labels: Sequence[str] = (),
         owner: str = LOCAL,
         lease: timedelta = LEASE,
+        refresh: timedelta = REFRESH,
     ) -> None:
         self._store = store
         self._tracker = tracker
@@ -123,6 +129,7 @@ class Inbox:
         self._strict = tuple(strict_labels)
         self._owner = owner
         self._lease_for = lease
+        self._refresh = refresh
         # Batches still gathering alerts, each closed by a timer of the event loop.
         self._open: dict[BatchKey, Batch] = {}
         # Jobs open or queued (the bound), and jobs not finished (what join() waits for).
@@ -157,8 +164,11 @@ class Inbox:
             self._admit(job)
         # Another replica's claim made these its own: duplicates here, as a re-send is.
         duplicates = tuple(job for job in jobs if job.key not in taken)
-        # Re-sends of a long-firing alert keep its memory from expiring with the retention.
-        self._store.touch((job.key for job in duplicates), lease.now)
+        # Re-sends of a long-firing alert keep its memory from expiring with the retention; one
+        # remembered lately (or in flight here: its mark writes it) needs no write.
+        stale = [job.key for job in duplicates if _older(records.get(job.key), lease.now - self._refresh)]
+        if stale:
+            self._store.touch(stale, lease.now)
         return Offer(queued, duplicates)
 
     def _claim(
@@ -421,6 +431,11 @@ class Inbox:
 def _resolution(job: AlertJob) -> tuple[str, str, str]:
     """The key of the state that resolves `job`'s firing one."""
     return job.fingerprint, "resolved", job.starts_at
+
+
+def _older(record: AlertRecord | None, than: datetime) -> bool:
+    """Whether the store last wrote this state at or before `than` (None: not looked up, in flight here)."""
+    return record is not None and record.updated_at <= than
 
 
 def _fresh(record: AlertRecord | None) -> bool:

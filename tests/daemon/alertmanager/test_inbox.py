@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from diagnosd.daemon.alertmanager.inbox import RECORD_SLICE, Delivery, Inbox
+from diagnosd.daemon.alertmanager.inbox import RECORD_SLICE, REFRESH, Delivery, Inbox
 from diagnosd.daemon.alertmanager.memory import DeliveryMemory
 from diagnosd.daemon.alertmanager.payload import AlertJob
 from diagnosd.engine import Scope
@@ -68,6 +68,7 @@ class Rig:
     store: DeliveryMemory
     tracker: Tracker
     diagnoser: CountingDiagnoser
+    clock: list[datetime]  # what the inbox reads as now: a test moves it
 
 
 def job(n: int, symptom: str = "queue_backlog", status: str = "firing") -> AlertJob:
@@ -90,12 +91,13 @@ async def rig(database_location: Path | str, request: pytest.FixtureRequest) -> 
     memory = DeliveryMemory(database)
     tracker = Tracker(Store(database))
     diagnoser = CountingDiagnoser(**options.pop("diagnoser", {}))
+    clock = [AT]
     inbox = Inbox(
         memory,
         tracker,
         diagnoser,  # type: ignore[arg-type]
         Metrics(CollectorRegistry()),
-        lambda: AT,
+        lambda: clock[0],
         capacity=options.pop("capacity", 256),
         workers=2,
         max_attempts=5,
@@ -105,7 +107,7 @@ async def rig(database_location: Path | str, request: pytest.FixtureRequest) -> 
     if options.pop("start", True):
         await inbox.start()
     try:
-        yield Rig(inbox, memory, tracker, diagnoser)
+        yield Rig(inbox, memory, tracker, diagnoser, clock)
     finally:
         await inbox.stop()
         database.close()
@@ -150,6 +152,25 @@ async def test_the_next_window_is_another_evaluation_and_duplicates_none(rig: Ri
     assert (len(offered.queued), len(offered.duplicates)) == (1, 4)
     assert len(rig.diagnoser.calls) == 2
     assert rig.diagnoser.calls[1][1].as_dict()["pod"] == "vllm-4"
+
+
+async def test_a_resend_is_written_only_once_its_memory_is_old(rig: Rig) -> None:
+    storm = [job(n) for n in range(3)]
+    rig.inbox.offer(storm)
+    assert rig.inbox.offer(storm).duplicates == tuple(storm)  # in flight: its mark will write it
+    await rig.inbox.join()
+
+    def written() -> set[datetime]:
+        return {record.updated_at for record in rig.store.alerts(j.key for j in storm).values()}
+
+    assert written() == {AT}
+    rig.clock[0] = AT + REFRESH - timedelta(seconds=1)
+    assert rig.inbox.offer(storm).duplicates == tuple(storm)
+    assert written() == {AT}  # remembered lately: a lookup, no write
+    rig.clock[0] = AT + REFRESH
+    assert rig.inbox.offer(storm).duplicates == tuple(storm)
+    assert written() == {AT + REFRESH}  # kept from the retention for another while
+    assert len(rig.diagnoser.calls) == 1
 
 
 @pytest.mark.parametrize("rig", [{"diagnoser": {"fail": True}}], indirect=True)
