@@ -52,6 +52,7 @@ from diagnosd.daemon.settings.model import Settings
 from diagnosd.findings.lifecycle import Trigger
 from diagnosd.findings.model import CheckResult, Diagnosis, Evidence, NodeKind, RootCause, TargetDiagnosis, Verdict
 from diagnosd.findings.store import Store
+from diagnosd.logs import writing_behind
 from diagnosd.findings.tracker import Recording, Tracker
 from diagnosd.promlocal import LocalPrometheus, backfill, free_port
 from diagnosd.promlocal.openmetrics import write
@@ -406,7 +407,10 @@ def main(args: argparse.Namespace) -> None:
                 for name, mode in MODES.items():  # alternated, so that every mode meets the same noise
                     run_dir = work / f"run-{repeat}-{name.replace(' ', '-')}"
                     run_dir.mkdir()
-                    runs[name].append(asyncio.run(run_once(prom.url, run_dir, mode, args)))
+                    # Logged as `diagnosd serve` logs (its access log a line per delivery), into a
+                    # file as a container runtime's log would take it.
+                    with (run_dir / "daemon.log").open("w") as lines, writing_behind("INFO", lines):
+                        runs[name].append(asyncio.run(run_once(prom.url, run_dir, mode, args)))
         print(
             f"{args.deliveries} deliveries ({args.alerts} distinct alerts over {len(symptoms)} symptoms, the rest "
             f"re-sends), {args.pods} pods, {args.concurrency} connections; medians of {args.repeats} runs"

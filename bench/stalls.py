@@ -2,7 +2,7 @@
 the heartbeat is older than `over` seconds, samples what the loop's thread is running.
 
 The samples name the innermost frames of diagnosd and of the libraries a request passes through
-(the ASGI server, httpx, sqlite3), so a stall reads as the call that held the loop, not as the
+(the ASGI server, httpx, sqlite3, logging), so a stall reads as the call that held the loop, not as the
 loop's own machinery. One sample per `every` seconds of a stall: the counts weigh how long each
 call held it.
 """
@@ -17,7 +17,7 @@ import traceback
 from collections import Counter
 
 # The frames a sample keeps, by the path of their file.
-KEPT = ("diagnosd", "sqlite", "httpx", "uvicorn", "json")
+KEPT = ("diagnosd", "sqlite", "httpx", "uvicorn", "json", "logging")
 
 
 class Stalls:

@@ -7,18 +7,70 @@ closes (a timer; or the next record, or a flush, whichever comes first) one summ
 many there were, with the latest of them. Windows are per template, so two floods interleaved are
 both bounded. INFO and DEBUG pass untouched: their volume is what the operator asked for (the
 access log writes a line per request on purpose).
+
+`writing_behind` is the daemon's logging: records are aggregated and queued on the thread that logs
+them, and written by a thread of their own, so the event loop never waits for stderr (a pipe a
+busy container runtime drains late blocks its writer). Aggregation comes before the queue: the
+queue hands on each record's message already merged with its arguments, and the windows key on the
+template.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import queue
+import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from logging.handlers import QueueHandler, QueueListener
+from typing import TextIO
 
 WINDOW = 60.0  # seconds
+FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+# Every Prometheus call and every job start at INFO would drown what matters.
+NOISY = ("apscheduler", "httpx", "httpcore")
 Key = tuple[str, int, str]
+
+
+@contextlib.contextmanager
+def writing_behind(level: str, stream: TextIO | None = None, window: float = WINDOW) -> Iterator[Callable[[], None]]:
+    """The root logger at `level`, writing to `stream` (stderr) from a thread of its own until the
+    block ends; every record queued by then is written, and every open window summarised.
+
+    Yields `drain`: write what is queued now, and every later record at once, on the thread that
+    logs it (for a process about to end by a signal, which runs no `finally`)."""
+    target = logging.StreamHandler(stream if stream is not None else sys.stderr)
+    target.setFormatter(logging.Formatter(FORMAT))
+    records: queue.SimpleQueue[logging.LogRecord] = queue.SimpleQueue()
+    listener = QueueListener(records, target)
+    aggregator = Aggregator(QueueHandler(records), window)
+    root = logging.getLogger()
+    kept = root.level, root.handlers[:]
+    root.handlers[:] = [aggregator]
+    root.setLevel(level)
+    for noisy in NOISY:
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    listener.start()
+    drained = threading.Lock()
+
+    def drain() -> None:
+        with drained:
+            if aggregator.target is not target:
+                listener.stop()  # writes what is queued, then ends its thread
+                aggregator.target = target
+
+    try:
+        yield drain
+    finally:
+        drain()
+        root.removeHandler(aggregator)
+        aggregator.close()
+        target.close()
+        root.setLevel(kept[0])
+        root.handlers[:] = kept[1]
 
 
 @dataclass

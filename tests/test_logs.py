@@ -1,16 +1,20 @@
 """Repeated log lines aggregated (diagnosd/logs.py): the first of a template goes through, repeats
 within the window are counted, and one summary line says how many there were. The clock is
-injected and timers are off: windows close at the next record or a flush, never by waiting."""
+injected and timers are off: windows close at the next record or a flush, never by waiting. And the
+daemon's logging, written behind by a thread of its own: a stream that blocks never holds the
+thread that logs."""
 
 from __future__ import annotations
 
+import io
 import logging
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
 
-from diagnosd.logs import Aggregator
+from diagnosd.logs import Aggregator, writing_behind
 
 
 class Ticks:
@@ -138,3 +142,63 @@ def test_a_window_closes_on_time_when_nothing_else_is_logged(lines: Lines) -> No
     first, summary = lines.lines
     assert first == "WARNING diagnosd.test.timer: store locked"
     assert summary.startswith("WARNING diagnosd.test.timer: store locked (repeated 9 times in the last 0.0")
+
+
+class Blocked(io.StringIO):
+    """stderr as a pipe nobody drains yet: a write waits until `drained` is set (2 s at most, then
+    the pipe counts as drained: a logger that waited fails the test once, not once per line)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.drained = threading.Event()
+        self.writers: set[str] = set()
+
+    def write(self, text: str) -> int:
+        self.writers.add(threading.current_thread().name)
+        if not self.drained.wait(timeout=2):
+            self.drained.set()
+        return super().write(text)
+
+
+def test_the_daemon_logs_without_waiting_for_its_stream() -> None:
+    stream = Blocked()
+    logger = logging.getLogger("diagnosd.test.behind")
+    root = logging.getLogger()
+    before = root.handlers[:]
+    with writing_behind("INFO", stream):
+        started = time.monotonic()
+        for n in range(50):
+            logger.info("POST /webhook/alertmanager %d", n)
+        # Written by now, the stream would have held this thread for each line.
+        assert time.monotonic() - started < 1
+        assert stream.getvalue() == ""
+        stream.drained.set()
+    lines = stream.getvalue().splitlines()
+    assert [line.split(": ", 1)[1] for line in lines] == [f"POST /webhook/alertmanager {n}" for n in range(50)]
+    assert lines[0].split()[2:4] == ["INFO", "diagnosd.test.behind:"]
+    assert threading.current_thread().name not in stream.writers
+    assert root.handlers == before  # the caller's logging is back
+
+
+def test_written_behind_a_flood_is_still_one_line_and_a_count() -> None:
+    # The queue merges each message with its arguments: aggregating after it would see 20
+    # different messages, each written.
+    stream = io.StringIO()
+    with writing_behind("INFO", stream):
+        for n in range(20):
+            logging.getLogger("diagnosd.test.behind").warning("delivery %d refused: queue full", n)
+    first, summary = stream.getvalue().splitlines()
+    assert first.endswith("delivery 0 refused: queue full")
+    assert summary.endswith("delivery 19 refused: queue full (repeated 19 times in the last 0.00s)")
+
+
+def test_a_traceback_is_written_behind_whole() -> None:
+    stream = io.StringIO()
+    with writing_behind("INFO", stream):
+        try:
+            raise ValueError("bad answer")
+        except ValueError:
+            logging.getLogger("diagnosd.test.behind").exception("round failed")
+    text = stream.getvalue()
+    assert "ERROR diagnosd.test.behind: round failed\nTraceback (most recent call last):" in text
+    assert text.rstrip().endswith("ValueError: bad answer")

@@ -5,24 +5,25 @@ them with the rules and the store, then serves the app with uvicorn until SIGTER
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import math
 import os
+import signal
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from diagnosd.daemon import compose
 from diagnosd.daemon.settings.loader import dumps, load_settings
-from diagnosd.daemon.settings.model import Settings
 from diagnosd.findings.store import Store
-from diagnosd.logs import Aggregator
+from diagnosd.logs import writing_behind
 
 log = logging.getLogger("diagnosd")
 
 # What a request answering at its deadline needs to be written out, on top of the deadline.
 SHUTDOWN_MARGIN_SECONDS = 3
-
-LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
 def register(commands: Any) -> None:
@@ -43,14 +44,34 @@ def register(commands: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     settings = load_settings(args.config, os.environ, _overrides(args))
-    _logging(settings)
-    built = compose.build(settings)
-    Store.open(settings.store.location()).close()  # a store that cannot be opened stops us here, clearly
-    if args.check:
-        print(dumps(settings))
-        return 0
-    _serve(built)
+    # A flood of one warning (refused deliveries, Prometheus down) becomes one line and a count;
+    # the lines are written off the event loop's thread.
+    with writing_behind(settings.log_level.upper()) as drain, _drained_on_sigterm(drain):
+        built = compose.build(settings)
+        Store.open(settings.store.location()).close()  # a store that cannot be opened stops us here, clearly
+        if args.check:
+            print(dumps(settings))
+            return 0
+        _serve(built)
     return 0
+
+
+@contextlib.contextmanager
+def _drained_on_sigterm(drain: Callable[[], None]) -> Iterator[None]:
+    """SIGTERM, once uvicorn has shut down gracefully (it raises the signal again then, and this
+    handler is the one it restores), or before it serves: the queued log lines are written, then the
+    process ends by the signal as before. Its default action runs no `finally` to write them."""
+
+    def written_then_terminated(signum: int, frame: FrameType | None) -> None:
+        drain()
+        signal.signal(signum, signal.SIG_DFL)
+        signal.raise_signal(signum)
+
+    previous = signal.signal(signal.SIGTERM, written_then_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _overrides(args: argparse.Namespace) -> dict[tuple[str, ...], Any]:
@@ -62,16 +83,6 @@ def _overrides(args: argparse.Namespace) -> dict[tuple[str, ...], Any]:
     if getattr(args, "rules", None) is not None:
         overrides[("rules_dir",)] = str(args.rules)
     return overrides
-
-
-def _logging(settings: Settings) -> None:
-    stream = logging.StreamHandler()
-    stream.setFormatter(logging.Formatter(LOG_FORMAT))
-    # A flood of one warning (refused deliveries, Prometheus down) becomes one line and a count.
-    logging.basicConfig(level=settings.log_level.upper(), handlers=[Aggregator(stream)])
-    # Every Prometheus call and every job start at INFO would drown what matters.
-    for noisy in ("apscheduler", "httpx", "httpcore"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
 def _serve(built: compose.Runtime) -> None:
