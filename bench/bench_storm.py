@@ -52,8 +52,8 @@ from diagnosd.daemon.settings.model import Settings
 from diagnosd.findings.lifecycle import Trigger
 from diagnosd.findings.model import CheckResult, Diagnosis, Evidence, NodeKind, RootCause, TargetDiagnosis, Verdict
 from diagnosd.findings.store import Store
-from diagnosd.logs import writing_behind
 from diagnosd.findings.tracker import Recording, Tracker
+from diagnosd.logs import writing_behind
 from diagnosd.promlocal import LocalPrometheus, backfill, free_port
 from diagnosd.promlocal.openmetrics import write
 from diagnosd.storage import open_database

@@ -17,15 +17,15 @@ template.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import logging
-import queue
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from logging.handlers import QueueHandler, QueueListener
+from logging.handlers import QueueHandler
 from typing import TextIO
 
 WINDOW = 60.0  # seconds
@@ -40,37 +40,84 @@ def writing_behind(level: str, stream: TextIO | None = None, window: float = WIN
     """The root logger at `level`, writing to `stream` (stderr) from a thread of its own until the
     block ends; every record queued by then is written, and every open window summarised.
 
-    Yields `drain`: write what is queued now, and every later record at once, on the thread that
-    logs it (for a process about to end by a signal, which runs no `finally`)."""
+    Yields `drain`: write what is queued and summarise the open windows now, and every later
+    record at once on the thread that logs it. Safe from a signal handler that interrupts a drain
+    (a process about to end by a signal runs no `finally`)."""
     target = logging.StreamHandler(stream if stream is not None else sys.stderr)
     target.setFormatter(logging.Formatter(FORMAT))
-    records: queue.SimpleQueue[logging.LogRecord] = queue.SimpleQueue()
-    listener = QueueListener(records, target)
-    aggregator = Aggregator(QueueHandler(records), window)
+    behind = _Behind(target)
+    aggregator = Aggregator(QueueHandler(behind), window)  # type: ignore[arg-type]
     root = logging.getLogger()
-    kept = root.level, root.handlers[:]
+    kept = root.level, root.handlers[:], {name: logging.getLogger(name).level for name in NOISY}
     root.handlers[:] = [aggregator]
     root.setLevel(level)
     for noisy in NOISY:
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    listener.start()
-    drained = threading.Lock()
+    behind.start()
 
     def drain() -> None:
-        with drained:
-            if aggregator.target is not target:
-                listener.stop()  # writes what is queued, then ends its thread
-                aggregator.target = target
+        # Under the aggregator's lock every thread that logs waits: none queues a record that no
+        # one would write. Reentrant, like the writer's lock, for a signal arriving mid-drain.
+        with aggregator.lock or contextlib.nullcontext():
+            aggregator.target = target
+            behind.write_left()
+        aggregator.flush()
 
     try:
         yield drain
     finally:
         drain()
+        behind.stop()
         root.removeHandler(aggregator)
         aggregator.close()
         target.close()
         root.setLevel(kept[0])
         root.handlers[:] = kept[1]
+        for name, noisy_level in kept[2].items():
+            logging.getLogger(name).setLevel(noisy_level)
+
+
+class _Behind(threading.Thread):
+    """The records queued (QueueHandler's queue: `put_nowait` never waits for the writer), written
+    to `target` in order, one at a time under `writing`, each taken off the queue once written: a
+    drain takes the lock and finds none half written, and one that interrupts another (a signal's
+    handler on the same thread) writes again the line it was cut in, rather than lose it."""
+
+    def __init__(self, target: logging.Handler) -> None:
+        super().__init__(name="diagnosd-log-writer", daemon=True)
+        self.target = target
+        self.writing = threading.RLock()
+        self._records: collections.deque[logging.LogRecord] = collections.deque()
+        self._more = threading.Semaphore(0)
+        self._stopped = False
+
+    def put_nowait(self, record: logging.LogRecord) -> None:
+        self._records.append(record)  # atomic: the logging thread takes no lock here
+        self._more.release()
+
+    def run(self) -> None:
+        while True:
+            self._more.acquire()
+            with self.writing:
+                if self._records:
+                    self._write_first()
+                elif self._stopped:
+                    return
+
+    def write_left(self) -> None:
+        """Write, on the calling thread, what is still queued."""
+        with self.writing:
+            while self._records:
+                self._write_first()
+
+    def _write_first(self) -> None:
+        self.target.handle(self._records[0])
+        self._records.popleft()
+
+    def stop(self) -> None:
+        self._stopped = True
+        self._more.release()
+        self.join()
 
 
 @dataclass
