@@ -29,6 +29,8 @@ from logging.handlers import QueueHandler
 from typing import TextIO
 
 WINDOW = 60.0  # seconds
+# How long the writer gathers lines before it writes them (seconds).
+LINGER = 0.02
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 # Every Prometheus call and every job start at INFO would drown what matters.
 NOISY = ("apscheduler", "httpx", "httpcore")
@@ -79,45 +81,60 @@ def writing_behind(level: str, stream: TextIO | None = None, window: float = WIN
 
 class _Behind(threading.Thread):
     """The records queued (QueueHandler's queue: `put_nowait` never waits for the writer), written
-    to `target` in order, one at a time under `writing`, each taken off the queue once written: a
-    drain takes the lock and finds none half written, and one that interrupts another (a signal's
-    handler on the same thread) writes again the line it was cut in, rather than lose it."""
+    to `target` in order under `writing`, in batches: the writer wakes once per LINGER, not once
+    per line, and writes its batch in one write. Woken per line, it took the GIL from the event
+    loop a thousand times a second under a storm's access log (route-only acks p99 13.5 -> 21 ms,
+    bench_storm). Lines leave the queue once written: a drain takes the lock and finds none half
+    written, and one that interrupts another (a signal's handler on the same thread) writes again
+    the lines it was cut in, rather than lose them."""
 
-    def __init__(self, target: logging.Handler) -> None:
+    def __init__(self, target: logging.StreamHandler[TextIO]) -> None:
         super().__init__(name="diagnosd-log-writer", daemon=True)
         self.target = target
         self.writing = threading.RLock()
         self._records: collections.deque[logging.LogRecord] = collections.deque()
-        self._more = threading.Semaphore(0)
+        self._more = threading.Event()
         self._stopped = False
 
     def put_nowait(self, record: logging.LogRecord) -> None:
         self._records.append(record)  # atomic: the logging thread takes no lock here
-        self._more.release()
+        if not self._more.is_set():
+            self._more.set()
 
     def run(self) -> None:
-        while True:
-            self._more.acquire()
-            with self.writing:
-                if self._records:
-                    self._write_first()
-                elif self._stopped:
-                    return
+        while not self._stopped:
+            self._more.wait()
+            time.sleep(LINGER)  # the lines of the next LINGER join this batch
+            self._more.clear()  # before taking them: one queued after is the next batch's
+            self.write_left()
 
     def write_left(self) -> None:
-        """Write, on the calling thread, what is still queued."""
+        """Write, on the calling thread, what is queued."""
         with self.writing:
-            while self._records:
-                self._write_first()
-
-    def _write_first(self) -> None:
-        self.target.handle(self._records[0])
-        self._records.popleft()
+            batch = list(self._records)
+            if not batch:
+                return
+            lines = []
+            for record in batch:
+                try:
+                    lines.append(self.target.format(record) + self.target.terminator)
+                except Exception:
+                    self.target.handleError(record)
+            with self.target.lock or contextlib.nullcontext():
+                try:
+                    self.target.stream.write("".join(lines))
+                    self.target.flush()
+                except Exception:
+                    self.target.handleError(batch[0])
+            for record in batch:  # a drain that interrupted this one may have taken them already
+                if self._records and self._records[0] is record:
+                    self._records.popleft()
 
     def stop(self) -> None:
         self._stopped = True
-        self._more.release()
+        self._more.set()
         self.join()
+        self.write_left()
 
 
 @dataclass

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from diagnosd.logs import Aggregator, writing_behind
+from diagnosd.logs import LINGER, Aggregator, writing_behind
 
 
 class Ticks:
@@ -199,3 +199,27 @@ def test_a_traceback_is_written_behind_whole() -> None:
     text = stream.getvalue()
     assert "ERROR diagnosd.test.behind: round failed\nTraceback (most recent call last):" in text
     assert text.rstrip().endswith("ValueError: bad answer")
+
+
+class Counted(io.StringIO):
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes = 0
+
+    def write(self, text: str) -> int:
+        self.writes += 1
+        return super().write(text)
+
+
+def test_lines_logged_together_are_written_in_one_write() -> None:
+    # One write, and one wake of the writer thread, per batch: woken per line it took the GIL from
+    # the event loop for every access line of a storm.
+    stream = Counted()
+    with writing_behind("INFO", stream):
+        for n in range(200):
+            logging.getLogger("diagnosd.test.behind").info("POST /webhook/alertmanager %d", n)
+        deadline = time.monotonic() + 5
+        while len(stream.getvalue().splitlines()) < 200 and time.monotonic() < deadline:
+            time.sleep(LINGER)  # written by the writer thread, before the block's end would
+        assert len(stream.getvalue().splitlines()) == 200
+    assert stream.writes <= 20  # 200 woken per line
