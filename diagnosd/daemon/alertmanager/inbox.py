@@ -34,6 +34,7 @@ from enum import IntEnum, StrEnum
 from diagnosd.daemon.alertmanager.coalesce import BatchKey, batch_key, part, shared_scope, window_start
 from diagnosd.daemon.alertmanager.memory import AlertRecord, BatchClaim, DeliveryMemory, Lease
 from diagnosd.daemon.alertmanager.payload import AlertJob
+from diagnosd.daemon.alertmanager.settled import Settled
 from diagnosd.daemon.diagnoser import Diagnoser
 from diagnosd.engine import Scope
 from diagnosd.errors import DiagnosdError, QueryRejected, QueueFull, SourceError, StoreError
@@ -130,6 +131,7 @@ class Inbox:
         self._owner = owner
         self._lease_for = lease
         self._refresh = refresh
+        self._settled = Settled(refresh)
         # Batches still gathering alerts, each closed by a timer of the event loop.
         self._open: dict[BatchKey, Batch] = {}
         # Jobs open or queued (the bound), and jobs not finished (what join() waits for).
@@ -150,14 +152,20 @@ class Inbox:
 
         Answers once the new states are in the store (QUEUED), never after a diagnosis.
         """
-        # One lookup for the whole delivery: a group of 300 new alerts is not 300 queries.
-        known = self._store.alerts(job.key for job in jobs if job.key not in self._inflight)
-        records = {job.key: known.get(job.key) for job in jobs if job.key not in self._inflight}
+        lease = self._lease()
+        # One lookup for the whole delivery (a group of 300 new alerts is not 300 queries), of the
+        # states neither in flight here nor seen settled lately: a storm's re-sends cost none.
+        asked = [
+            job.key for job in jobs if job.key not in self._inflight and not self._settled.known(job.key, lease.now)
+        ]
+        known = self._store.alerts(asked)
+        records = {key: known.get(key) for key in asked}
+        for record in known.values():
+            self._settled.note(record)
         fresh = [job for job in jobs if job.key in records and _fresh(records[job.key])]
         needed = self._jobs_needed(fresh)
         if needed and self._waiting >= self._capacity:
             raise QueueFull(self._capacity, needed)
-        lease = self._lease()
         taken = self._claim(fresh, records, lease)
         queued = tuple(job for job in fresh if job.key in taken)
         for job in queued:
@@ -169,6 +177,8 @@ class Inbox:
         stale = [job.key for job in duplicates if _older(records.get(job.key), lease.now - self._refresh)]
         if stale:
             self._store.touch(stale, lease.now)
+            for key in stale:
+                self._settled.note(records[key], written=lease.now)
         return Offer(queued, duplicates)
 
     def _claim(

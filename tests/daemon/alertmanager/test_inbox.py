@@ -173,6 +173,43 @@ async def test_a_resend_is_written_only_once_its_memory_is_old(rig: Rig) -> None
     assert len(rig.diagnoser.calls) == 1
 
 
+async def test_a_resend_of_a_settled_state_is_known_without_a_lookup(rig: Rig, monkeypatch: pytest.MonkeyPatch) -> None:
+    storm = [job(n) for n in range(3)]
+    rig.inbox.offer(storm)
+    await rig.inbox.join()
+    looked: list[tuple[str, str, str]] = []
+    lookup = rig.store.alerts
+
+    def counted(keys: Any) -> Any:
+        keys = list(keys)
+        looked.extend(keys)
+        return lookup(keys)
+
+    monkeypatch.setattr(rig.store, "alerts", counted)
+    assert rig.inbox.offer(storm).duplicates == tuple(storm)  # looked up once: found done
+    assert looked == [j.key for j in storm]
+    for _ in range(3):
+        assert rig.inbox.offer(storm).duplicates == tuple(storm)
+    assert len(looked) == 3  # then known: no lookup, no write
+    rig.clock[0] = AT + REFRESH
+    assert rig.inbox.offer(storm).duplicates == tuple(storm)
+    assert len(looked) == 6  # a refresh later: looked up and written again
+    assert {r.updated_at for r in rig.store.alerts(j.key for j in storm).values()} == {AT + REFRESH}
+    assert len(rig.diagnoser.calls) == 1
+
+
+@pytest.mark.parametrize("rig", [{"diagnoser": {"fail": True}}], indirect=True)
+async def test_a_failed_state_is_looked_up_at_every_resend_and_retried(rig: Rig) -> None:
+    storm = [job(n) for n in range(2)]
+    rig.inbox.offer(storm)
+    await rig.inbox.join()
+    assert outcomes(rig.store, storm) == {Delivery.FAILED}
+    for attempt in range(2, 4):
+        assert len(rig.inbox.offer(storm).queued) == 2  # never taken for settled
+        await rig.inbox.join()
+        assert len(rig.diagnoser.calls) == attempt
+
+
 @pytest.mark.parametrize("rig", [{"diagnoser": {"fail": True}}], indirect=True)
 async def test_a_failed_evaluation_fails_every_alert_of_the_batch_for_a_retry(rig: Rig) -> None:
     storm = [job(n) for n in range(5)]
