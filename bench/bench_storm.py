@@ -7,8 +7,11 @@ A real Prometheus holds a simulated fleet (bench_triage.fleet); the daemon (uvic
 port, the shipped trees, a fresh store each run) takes the storm from a load generator in a
 separate process: `--deliveries` Alertmanager v4 deliveries, one alert each, where every tenth
 brings one of `--alerts` distinct firing alerts (spread over every symptom) and the rest re-send
-one already sent (HA twins, repeat_interval). Printed for `coalesce_window` 0s (each alert
-diagnosed on its own) and the default, medians over the repeats: deliveries/s, ack p50 / p99,
+one already sent (HA twins, repeat_interval). The daemon logs as `diagnosd serve` does, its
+access log a line per delivery, into a file. Printed for a bare ASGI app (the floor), the webhook
+route alone (no worker) with its log lines written behind and written inline on the event loop's
+thread, and `coalesce_window` 0s (each alert diagnosed on its own) and the default, medians over
+the repeats: deliveries/s, ack p50 / p99,
 deliveries refused (503), evaluations run, and the time from the last delivery until every
 accepted alert is diagnosed. Then the cost of recording a delivery's new states: one transaction
 per delivery against one per alert; and of recording a coalesced batch's alerts once its
@@ -24,20 +27,22 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import hashlib
 import json
+import logging
 import random
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import uvicorn
 from bench_triage import AT, fleet  # bench/: run as `python bench/NAME.py`
@@ -53,7 +58,7 @@ from diagnosd.findings.lifecycle import Trigger
 from diagnosd.findings.model import CheckResult, Diagnosis, Evidence, NodeKind, RootCause, TargetDiagnosis, Verdict
 from diagnosd.findings.store import Store
 from diagnosd.findings.tracker import Recording, Tracker
-from diagnosd.logs import writing_behind
+from diagnosd.logs import FORMAT, Aggregator, writing_behind
 from diagnosd.promlocal import LocalPrometheus, backfill, free_port
 from diagnosd.promlocal.openmetrics import write
 from diagnosd.storage import open_database
@@ -67,14 +72,38 @@ class Mode:
     window: str | None = None  # coalesce_window; None: the default
     diagnose: bool = True  # False: the workers stopped, the webhook route alone
     floor: bool = False  # a bare ASGI app on the same server instead of diagnosd
+    # The log lines written on the event loop's thread, as `diagnosd serve` wrote them before they
+    # were written behind (diagnosd/logs.py writing_behind).
+    logs_inline: bool = False
 
 
 MODES = {
     "floor": Mode(floor=True),
     "route only": Mode(diagnose=False),
+    "route, logs inline": Mode(diagnose=False, logs_inline=True),
     "per alert": Mode(window="0s"),
     "coalesced": Mode(),
 }
+
+
+@contextlib.contextmanager
+def logged(mode: Mode, lines: TextIO) -> Iterator[None]:
+    """The daemon's logging for one run: written behind, as `diagnosd serve` logs, or inline."""
+    if not mode.logs_inline:
+        with writing_behind("INFO", lines):
+            yield
+        return
+    target = logging.StreamHandler(lines)
+    target.setFormatter(logging.Formatter(FORMAT))
+    root = logging.getLogger()
+    kept = root.level, root.handlers[:]
+    root.handlers[:] = [Aggregator(target)]
+    root.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        root.handlers[:] = kept[1]
+        root.setLevel(kept[0])
 
 
 def payload(symptom: str, pod: int) -> dict[str, Any]:
@@ -409,14 +438,14 @@ def main(args: argparse.Namespace) -> None:
                     run_dir.mkdir()
                     # Logged as `diagnosd serve` logs (its access log a line per delivery), into a
                     # file as a container runtime's log would take it.
-                    with (run_dir / "daemon.log").open("w") as lines, writing_behind("INFO", lines):
+                    with (run_dir / "daemon.log").open("w") as lines, logged(mode, lines):
                         runs[name].append(asyncio.run(run_once(prom.url, run_dir, mode, args)))
         print(
             f"{args.deliveries} deliveries ({args.alerts} distinct alerts over {len(symptoms)} symptoms, the rest "
             f"re-sends), {args.pods} pods, {args.concurrency} connections; medians of {args.repeats} runs"
         )
         columns = ("mode", "deliv/s", "ack p50 ms", "ack p99 ms", "refused", "evaluations", "alerts done", "drain s")
-        widths = (10, 8, 11, 11, 8, 12, 12, 8)
+        widths = (18, 8, 11, 11, 8, 12, 12, 8)
         print(" ".join(f"{c:>{w}}" for c, w in zip(columns, widths, strict=True)))
         medians: dict[str, dict[str, float]] = {}
         for mode, done in runs.items():
