@@ -176,8 +176,7 @@ class Inbox:
         # remembered lately (or in flight here: its mark writes it) needs no write.
         stale = [job.key for job in duplicates if _older(records.get(job.key), lease.now - self._refresh)]
         if stale:
-            self._store.touch(stale, lease.now)
-            for key in stale:
+            for key in self._store.touch(stale, lease.now):
                 self._settled.note(records[key], written=lease.now)
         return Offer(queued, duplicates)
 

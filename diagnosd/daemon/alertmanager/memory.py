@@ -219,14 +219,19 @@ class DeliveryMemory:
                 (seconds(lease.until), lease.owner, QUEUED),
             )
 
-    def touch(self, keys: Iterable[Key], now: datetime) -> None:
-        """Seen again (a re-send): keep remembering it for another retention period."""
-        db = self.database
-        with db.transaction():
-            db.executemany(
-                "UPDATE alerts SET updated_at = ? WHERE fingerprint = ? AND status = ? AND starts_at = ?",
-                [(seconds(now), *key) for key in keys],
-            )
+    def touch(self, keys: Iterable[Key], now: datetime) -> set[Key]:
+        """Seen again (a re-send): keep remembering it for another retention period. Returns the
+        keys still remembered (another replica's retention may have forgotten one meanwhile)."""
+        touched: set[Key] = set()
+        with self.database.transaction():
+            for chunk in _chunks(keys):
+                made = self.database.rows(
+                    f"UPDATE alerts SET updated_at = ? WHERE {_keys_in(len(chunk))} "
+                    "RETURNING fingerprint, status, starts_at",
+                    [seconds(now), *_flat(chunk)],
+                )
+                touched.update((fp, status, starts) for fp, status, starts in made)
+        return touched
 
     def alerts_by_outcome(self, outcome: str) -> list[AlertRecord]:
         """The alert states whose outcome is `outcome`, the earliest received first."""

@@ -17,8 +17,9 @@ from diagnosd.daemon.alertmanager.memory import AlertRecord, Key
 
 # Outcomes (inbox.Delivery's values) after which nothing more happens to a state.
 FOR_GOOD = frozenset({"done", "rejected", "superseded"})
-# About 100 bytes an entry: a few MB for the largest storm kept in view.
-CAPACITY = 50_000
+# About 400 bytes an entry (the key's tuple and strings, a datetime, the dict's slot): 4 MB. A
+# storm of more distinct states than that looks the rest up, as before.
+CAPACITY = 10_000
 
 
 class Settled:
