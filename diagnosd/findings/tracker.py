@@ -139,8 +139,12 @@ class Tracker:
     ) -> tuple[dict[str, Finding], list[Finding], list[TargetState], list[tuple[str, str]]]:
         changed: dict[str, Finding] = {}
         forgotten: list[Finding] = []
+        # A cause that holds nowhere in this symptom ends nothing where it is clear: its
+        # observations need no fingerprint (most of a healthy fleet's, four for each target).
+        holding = {f.cause for f in self._active.values() if f.symptom == diagnosis.symptom}
         for o in observe(diagnosis):
-            self._step(o, now, for_, trigger, alert, diagnosis.evaluated_at, changed, forgotten)
+            if o.seen is Observed.HOLDS or (o.seen is Observed.CLEAR and o.cause in holding):
+                self._step(o, now, for_, trigger, alert, diagnosis.evaluated_at, changed, forgotten)
         seen = {labels_key(t.labels) for t in diagnosis.targets}
         if diagnosis.fleet:
             seen.add(labels_key(fleet_labels(diagnosis)))
@@ -202,8 +206,6 @@ class Tracker:
     ) -> None:
         fp = fingerprint(o.symptom, o.cause, o.labels)
         current = changed.get(fp) or self._active.get(fp)
-        if o.seen is Observed.UNKNOWN:
-            return
         if o.seen is Observed.CLEAR:
             if current is not None:
                 self._resolve(current, now, ResolvedBy.CLEAR, changed, forgotten)
