@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from importlib import resources
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.openapi.docs import get_swagger_ui_html
@@ -19,10 +20,12 @@ from fastapi.staticfiles import StaticFiles
 
 from diagnosd import __version__
 from diagnosd.api import errors
+from diagnosd.api.auth import SCHEMES as AUTH_SCHEMES
 from diagnosd.api.auth import Credentials
 from diagnosd.api.limits import BodyLimit, Scope
 from diagnosd.api.routes import diagnose, findings, health, metrics, symptoms, triage, webhook
 from diagnosd.daemon.compose import Runtime, open_services
+from diagnosd.daemon.settings.model import WEBHOOK_ENDPOINTS
 
 DESCRIPTION = """diagnosd walks LLM-serving troubleshooting trees against Prometheus and says which
 branch holds, with the evidence. Findings come from scheduler rounds and Alertmanager alerts."""
@@ -63,6 +66,7 @@ def create_app(runtime: Runtime) -> FastAPI:
     errors.install(app)
     for module in (diagnose, triage, symptoms, findings, webhook, health, metrics):
         app.include_router(module.router)
+    _describe_security(app, credentials)
     app.add_middleware(BodyLimit, max_bytes=runtime.settings.webhook.max_body_bytes, on_reject=_count_too_large)
     return app
 
@@ -82,6 +86,32 @@ def _docs(app: FastAPI) -> None:
             swagger_css_url=f"{static}/{SWAGGER_CSS}",
             swagger_favicon_url=f"{static}/{SWAGGER_FAVICON}",
         )
+
+
+def _describe_security(app: FastAPI, credentials: Credentials) -> None:
+    """The OpenAPI description says, per operation, the credentials it takes as these settings
+    configure them (the dependencies read the header themselves, unseen by FastAPI's schema): an
+    operation that may answer 401 takes the webhook's credentials or the API's."""
+    described = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is not None:
+            return app.openapi_schema
+        schema = described()  # built once, and kept in app.openapi_schema
+        used: set[str] = set()
+        for path, operations in schema.get("paths", {}).items():
+            hook = path.startswith(WEBHOOK_ENDPOINTS)
+            security = credentials.webhook_security() if hook else credentials.api_security()
+            for operation in operations.values():
+                if security and "401" in operation.get("responses", {}):
+                    operation["security"] = security
+                    used |= {name for alternative in security for name in alternative}
+        if used:
+            schemes = schema.setdefault("components", {}).setdefault("securitySchemes", {})
+            schemes.update({name: AUTH_SCHEMES[name] for name in sorted(used)})
+        return schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
 
 def _count_too_large(scope: Scope) -> None:

@@ -20,6 +20,18 @@ from diagnosd.errors import Unauthorized
 PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/docs", "/openapi.json"})
 PUBLIC_PREFIXES = ("/docs/static/",)
 REDACTED = "[redacted]"
+# How the OpenAPI description names the credentials (components.securitySchemes): Swagger UI's
+# Authorize and generated clients send what the daemon checks.
+SCHEMES: dict[str, dict[str, str]] = {
+    "bearer": {
+        "type": "http",
+        "scheme": "bearer",
+        "description": "auth.api_tokens (for the webhook: auth.webhook_tokens)",
+    },
+    "basic": {"type": "http", "scheme": "basic", "description": "auth.webhook_username / auth.webhook_password"},
+}
+# An OpenAPI security requirement: alternatives, each a scheme name and its (empty) scopes.
+Security = list[dict[str, list[str]]]
 
 
 def _digest(value: str | bytes) -> bytes:
@@ -48,6 +60,21 @@ class Credentials:
         """Raises Unauthorized unless no API token is configured or a configured one is presented."""
         if self.api and not _any(self.api, _bearer(authorization)):
             raise Unauthorized("Bearer", "a valid bearer token is required (Authorization: Bearer ...)")
+
+    def api_security(self) -> Security:
+        """What check_api asks for, as OpenAPI says it (nothing when it asks nothing)."""
+        return [{"bearer": []}] if self.api else []
+
+    def webhook_security(self) -> Security:
+        """What check_webhook asks for, as OpenAPI says it: its own credentials, else the API's."""
+        if not self.webhook_tokens and self.webhook_basic is None:
+            return self.api_security()
+        alternatives: Security = []
+        if self.webhook_tokens:
+            alternatives.append({"bearer": []})
+        if self.webhook_basic is not None:
+            alternatives.append({"basic": []})
+        return alternatives
 
     def check_webhook(self, authorization: str | None) -> None:
         """Webhook credentials when configured; else the API tokens; else open."""
