@@ -7,10 +7,25 @@ import contextlib
 import time
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from datetime import datetime
+from pathlib import Path
 
+from diagnosd.daemon.settings import Settings
 from diagnosd.errors import SourceError
 from diagnosd.sources.base import QuerySource, Sample
 from diagnosd.sources.metered import MeteredSource
+
+
+def settings(url: str, store: Path) -> Settings:
+    """The daemon's settings a fleet is measured with: that Prometheus (no retry, a long timeout:
+    a slow answer is measured, not cut), a store of its own, no rounds of its own, findings at once."""
+    return Settings.model_validate(
+        {
+            "prometheus": {"url": url, "timeout": "120s", "retries": 0},
+            "store": {"path": str(store)},
+            "scheduler": {"enabled": False},
+            "findings": {"for": "0s"},
+        }
+    )
 
 
 class QueryCounter:

@@ -42,14 +42,13 @@ from multiprocessing.context import SpawnContext
 from pathlib import Path
 
 import httpx
-from common import QueryCounter, Recorder  # bench/: run as `python bench/NAME.py`
+from common import QueryCounter, Recorder, settings  # bench/: run as `python bench/NAME.py`
 from fleet import ANCHOR, save, simulate, write
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from diagnosd.daemon import compose
 from diagnosd.daemon.diagnoser import Diagnoser
-from diagnosd.daemon.settings import Settings
 from diagnosd.engine import Scope
 from diagnosd.findings.lifecycle import Trigger
 from diagnosd.promlocal import LocalPrometheus, backfill
@@ -142,22 +141,15 @@ def _measure(url: str, here: Path, pods: int, series: int, repeats: int) -> Row:
 
 async def _measured(url: str, here: Path, pods: int, series: int, repeats: int) -> Row:
     counter = QueryCounter()
-    settings = Settings.model_validate(
-        {
-            "prometheus": {"url": url, "timeout": "120s", "retries": 0},
-            "store": {"path": str(here / "findings.db")},
-            "scheduler": {"enabled": False},
-            "findings": {"for": "0s"},
-        }
-    )
+    measured = settings(url, here / "findings.db")
 
     @asynccontextmanager
     async def counted() -> AsyncIterator[QuerySource]:
-        async with compose.prometheus_source(settings.prometheus.config()) as source:
+        async with compose.prometheus_source(measured.prometheus.config()) as source:
             yield counter.wrap(source)
 
     registry = CollectorRegistry()
-    runtime = compose.build(settings, registry=registry, clock=lambda: ANCHOR, source=counted)
+    runtime = compose.build(measured, registry=registry, clock=lambda: ANCHOR, source=counted)
     async with compose.open_services(runtime) as services:
         await services.scheduler.run_round()  # warm Prometheus' caches and the store
         rounds, asked, sent = [], 0, 0

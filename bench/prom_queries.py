@@ -28,12 +28,12 @@ from datetime import datetime
 from pathlib import Path
 
 import httpx
-from fleet import ANCHOR  # bench/: run as `python bench/NAME.py`
+from common import settings  # bench/: run as `python bench/NAME.py`
+from fleet import ANCHOR
 from harness import _build, _simulate
 from prometheus_client import CollectorRegistry
 
 from diagnosd.daemon import compose
-from diagnosd.daemon.settings import Settings
 from diagnosd.promlocal import LocalPrometheus
 from diagnosd.sources import QuerySource
 from diagnosd.sources.base import Sample
@@ -83,22 +83,15 @@ def fleet(pods: int, root: Path) -> Path:
 async def round_jobs(url: str, here: Path) -> list[Job]:
     """The (query, moment) pairs one round sends, after a warm-up round."""
     logged: list[Logged] = []
-    settings = Settings.model_validate(
-        {
-            "prometheus": {"url": url, "timeout": "120s", "retries": 0},
-            "store": {"path": str(here / "queries.db")},
-            "scheduler": {"enabled": False},
-            "findings": {"for": "0s"},
-        }
-    )
+    measured = settings(url, here / "queries.db")
 
     @asynccontextmanager
     async def source() -> AsyncIterator[QuerySource]:
-        async with compose.prometheus_source(settings.prometheus.config()) as inner:
+        async with compose.prometheus_source(measured.prometheus.config()) as inner:
             logged.append(Logged(inner))
             yield logged[-1]
 
-    runtime = compose.build(settings, registry=CollectorRegistry(), clock=lambda: ANCHOR, source=source)
+    runtime = compose.build(measured, registry=CollectorRegistry(), clock=lambda: ANCHOR, source=source)
     async with compose.open_services(runtime) as services:
         await services.scheduler.run_round()
         logged[-1].jobs.clear()
