@@ -58,7 +58,7 @@ from diagnosd.findings.lifecycle import Trigger
 from diagnosd.findings.model import CheckResult, Diagnosis, Evidence, NodeKind, RootCause, TargetDiagnosis, Verdict
 from diagnosd.findings.store import Store
 from diagnosd.findings.tracker import Recording, Tracker
-from diagnosd.logs import FORMAT, Aggregator, writing_behind
+from diagnosd.logs import FORMAT, NOISY, Aggregator, writing_behind
 from diagnosd.promlocal import LocalPrometheus, backfill, free_port
 from diagnosd.promlocal.openmetrics import write
 from diagnosd.storage import open_database
@@ -96,14 +96,18 @@ def logged(mode: Mode, lines: TextIO) -> Iterator[None]:
     target = logging.StreamHandler(lines)
     target.setFormatter(logging.Formatter(FORMAT))
     root = logging.getLogger()
-    kept = root.level, root.handlers[:]
+    kept = root.level, root.handlers[:], {name: logging.getLogger(name).level for name in NOISY}
     root.handlers[:] = [Aggregator(target)]
     root.setLevel(logging.INFO)
+    for noisy in NOISY:
+        logging.getLogger(noisy).setLevel(logging.WARNING)
     try:
         yield
     finally:
         root.handlers[:] = kept[1]
         root.setLevel(kept[0])
+        for name, level in kept[2].items():
+            logging.getLogger(name).setLevel(level)
 
 
 def payload(symptom: str, pod: int) -> dict[str, Any]:

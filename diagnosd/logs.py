@@ -70,11 +70,10 @@ def writing_behind(level: str, stream: TextIO | None = None, window: float = WIN
     finally:
         drain()
         behind.stop()
-        root.removeHandler(aggregator)
+        root.handlers[:] = kept[1]
+        root.setLevel(kept[0])
         aggregator.close()
         target.close()
-        root.setLevel(kept[0])
-        root.handlers[:] = kept[1]
         for name, noisy_level in kept[2].items():
             logging.getLogger(name).setLevel(noisy_level)
 

@@ -130,7 +130,6 @@ class Inbox:
         self._strict = tuple(strict_labels)
         self._owner = owner
         self._lease_for = lease
-        self._refresh = refresh
         self._settled = Settled(refresh)
         # Batches still gathering alerts, each closed by a timer of the event loop.
         self._open: dict[BatchKey, Batch] = {}
@@ -174,7 +173,7 @@ class Inbox:
         duplicates = tuple(job for job in jobs if job.key not in taken)
         # Re-sends of a long-firing alert keep its memory from expiring with the retention; one
         # remembered lately (or in flight here: its mark writes it) needs no write.
-        stale = [job.key for job in duplicates if _older(records.get(job.key), lease.now - self._refresh)]
+        stale = [job.key for job in duplicates if self._settled.due(records.get(job.key), lease.now)]
         if stale:
             for key in self._store.touch(stale, lease.now):
                 self._settled.note(records[key], written=lease.now)
@@ -440,11 +439,6 @@ class Inbox:
 def _resolution(job: AlertJob) -> tuple[str, str, str]:
     """The key of the state that resolves `job`'s firing one."""
     return job.fingerprint, "resolved", job.starts_at
-
-
-def _older(record: AlertRecord | None, than: datetime) -> bool:
-    """Whether the store last wrote this state at or before `than` (None: not looked up, in flight here)."""
-    return record is not None and record.updated_at <= than
 
 
 def _fresh(record: AlertRecord | None) -> bool:

@@ -38,6 +38,9 @@ SQLITE_RETURNING = (3, 35, 0)
 # done and failed are the ends of one attempt.
 QUEUED = "queued"
 ATTEMPTED = ("done", "failed")
+# After these nothing more happens to a state: no claim takes it again (a new state or a failed
+# one is all a claim takes).
+FOR_GOOD = frozenset({"done", "rejected", "superseded"})
 
 
 @dataclass(frozen=True)

@@ -13,10 +13,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from datetime import datetime, timedelta
 
-from diagnosd.daemon.alertmanager.memory import AlertRecord, Key
+from diagnosd.daemon.alertmanager.memory import FOR_GOOD, AlertRecord, Key
 
-# Outcomes (inbox.Delivery's values) after which nothing more happens to a state.
-FOR_GOOD = frozenset({"done", "rejected", "superseded"})
 # About 400 bytes an entry (the key's tuple and strings, a datetime, the dict's slot): 4 MB. A
 # storm of more distinct states than that looks the rest up, as before.
 CAPACITY = 10_000
@@ -30,6 +28,11 @@ class Settled:
 
     def __len__(self) -> int:
         return len(self._written)
+
+    def due(self, record: AlertRecord | None, now: datetime) -> bool:
+        """Whether the store's memory of `record` is a refresh old at `now`: a re-send rewrites it
+        (None, not looked up: in flight here, and its mark will write it)."""
+        return record is not None and now - record.updated_at >= self._refresh
 
     def known(self, key: Key, now: datetime) -> bool:
         """Whether `key` is settled and its memory written within the refresh before `now`."""
@@ -47,7 +50,7 @@ class Settled:
         `updated_at`, or at `written` (the touch that just rewrote it)."""
         if record is None or record.outcome not in FOR_GOOD:
             return
-        self._written[record.key] = written or record.updated_at
+        self._written[record.key] = record.updated_at if written is None else written
         self._written.move_to_end(record.key)
         while len(self._written) > self._capacity:
             self._written.popitem(last=False)

@@ -55,3 +55,11 @@ def test_the_least_recently_seen_go_first() -> None:
     assert not settled.known(record(2, "done").key, AT)
     assert settled.known(record(1, "done").key, AT)
     assert settled.known(record(3, "done").key, AT)
+
+
+def test_a_memory_is_due_for_a_write_once_it_is_a_refresh_old_whatever_its_outcome() -> None:
+    settled = Settled(REFRESH)
+    for outcome in ("done", "failed", "queued"):
+        assert not settled.due(record(1, outcome), AT + REFRESH - timedelta(microseconds=1))
+        assert settled.due(record(1, outcome), AT + REFRESH)
+    assert not settled.due(None, AT + 10 * REFRESH)  # in flight here: its mark writes it
