@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 
@@ -28,10 +28,13 @@ from diagnosd.errors import (
 from diagnosd.moments import Clock, utc_now
 from diagnosd.sources.base import Sample, Samples
 from diagnosd.sources.deadline import time_left
+from diagnosd.sources.transport import AiohttpTransport, tls
 from diagnosd.urls import redact, scrub
 
 UNAVAILABLE, TOO_MANY = 503, 429
 RETRYABLE_STATUS = {TOO_MANY, 502, UNAVAILABLE, 504}
+# What carries the requests: aiohttp's connection pool (diagnosd.sources.transport), or httpx's own.
+Stack = Literal["aiohttp", "httpx"]
 # Where a success body's `warnings` travel from the HTTP layer to the samples.
 WARNINGS = "__diagnosd_warnings__"
 
@@ -48,6 +51,7 @@ class PrometheusConfig:
     headers: Mapping[str, str] = field(default_factory=dict)
     verify: bool | str = True
     client_cert: tuple[str, str] | None = None
+    stack: Stack = "aiohttp"
 
     def client(self) -> httpx.AsyncClient:
         """An AsyncClient configured for this Prometheus; the caller owns (and closes) it."""
@@ -55,13 +59,15 @@ class PrometheusConfig:
         if self.bearer_token:
             headers["Authorization"] = f"Bearer {self.bearer_token}"
         auth = httpx.BasicAuth(*self.basic_auth) if self.basic_auth else None
+        # Plain http needs no TLS context (building one reads the CA bundle: milliseconds).
+        context = tls(self.verify, self.client_cert) if self.url.startswith("https:") else None
+        carried: dict[str, Any] = (
+            {"transport": AiohttpTransport(ssl_context=context)}
+            if self.stack == "aiohttp"
+            else {"verify": context or True}
+        )
         return httpx.AsyncClient(
-            base_url=self.url.rstrip("/"),
-            headers=headers,
-            auth=auth,
-            verify=self.verify,
-            cert=self.client_cert,
-            timeout=httpx.Timeout(self.timeout),
+            base_url=self.url.rstrip("/"), headers=headers, auth=auth, timeout=httpx.Timeout(self.timeout), **carried
         )
 
 

@@ -1,9 +1,11 @@
 """Prometheus's HTTP API faked with respx, for faults and units.
 
-respx patches httpx's connection pool, not the client: the code under test keeps the client its own
-config builds (timeout, auth headers, retries), and only what would go on the wire is replaced. A
-request to a URL no route covers fails the test (respx's assert_all_mocked) instead of leaving the
-machine. Tests of what PromQL means use a real Prometheus (`start_prometheus`, `fleet_prometheus`).
+respx (its `httpx` mocker) answers in front of the client's transport, not in place of the client:
+the code under test keeps the client its own config builds (timeout, auth headers, retries), and
+only what would go on the wire is replaced; a request passed through goes out on the client's own
+transport (aiohttp's pool by default) to the real Prometheus. Requests to other URLs (the test's
+own client to the daemon) are not touched. Tests of what PromQL means use a real Prometheus
+(`start_prometheus`, `fleet_prometheus`).
 """
 
 from __future__ import annotations
@@ -31,8 +33,11 @@ async def in_front_of(url: str, hook: Hook) -> AsyncIterator[respx.Route]:
 
     # Not assert_all_called: a request held by `hook` may be cancelled (its diagnosis superseded)
     # before respx records it.
-    async with respx.mock(base_url=url, assert_all_called=False) as router:
-        yield router.route().mock(side_effect=effect)
+    async with respx.mock(assert_all_called=False, using="httpx") as router:
+        faked = router.route(url__startswith=url.rstrip("/") + "/").mock(side_effect=effect)
+        # The `httpx` mocker sees every client: the test's own (to the daemon) goes its way untouched.
+        router.route().pass_through()
+        yield faked
 
 
 def vector(*items: tuple[dict[str, str], str], warnings: list[str] | None = None) -> httpx.Response:

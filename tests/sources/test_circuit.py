@@ -332,7 +332,7 @@ async def test_transitions_reach_the_metrics() -> None:
     assert registry.get_sample_value("diagnosd_prometheus_circuit_opened_total") == 2
 
 
-@pytest.mark.respx(base_url=URL)
+@pytest.mark.respx(base_url=URL, using="httpx")
 async def test_the_client_s_answers_are_told_apart(respx_mock: respx.MockRouter) -> None:
     """Through the real client: 5 rejected queries keep it closed; 3 HTTP 500s open it."""
     config = PrometheusConfig(url=URL, retries=0, backoff=0.0)

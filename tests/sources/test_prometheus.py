@@ -20,7 +20,7 @@ URL = "http://prom.test:9090"
 AT = datetime(2026, 3, 1, 12, tzinfo=UTC)
 Connect = Callable[..., PrometheusSource]
 
-pytestmark = pytest.mark.respx(base_url=URL)
+pytestmark = pytest.mark.respx(base_url=URL, using="httpx")
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ URL = "http://prom.test:9090"
 NOW = datetime(2026, 3, 1, 12, tzinfo=UTC)
 Connect = Callable[..., PrometheusSource]
 
-pytestmark = pytest.mark.respx(base_url=URL)
+pytestmark = pytest.mark.respx(base_url=URL, using="httpx")
 
 
 def throttled(seconds: str, status: int = 429) -> httpx.Response:

@@ -34,6 +34,7 @@ from diagnosd.sinks.alertmanager import AlertmanagerConfig
 from diagnosd.sinks.grafana import GrafanaConfig
 from diagnosd.sources import PrometheusConfig
 from diagnosd.sources.circuit import Policy
+from diagnosd.sources.prometheus import Stack
 from diagnosd.storage import POSTGRES_SCHEMES, is_url
 from diagnosd.topology import Topology
 from diagnosd.trees.model import LABEL_NAME
@@ -150,6 +151,9 @@ class PrometheusSettings(Section):
     insecure_skip_verify: bool = False
     # Labels every series in scope carries besides the target's (matched exactly, not leniently).
     strict_labels: list[LabelName] = []
+    # What carries the queries: aiohttp's connection pool, or httpx's own (httpcore), which costs
+    # about twice the CPU per query (bench/transport.py) but is there should a proxy need it.
+    stack: Stack = "aiohttp"
 
     @field_validator("url")
     @classmethod
@@ -180,6 +184,7 @@ class PrometheusSettings(Section):
             basic_auth=(self.username, password) if self.username and password else None,
             headers=dict(self.headers),
             verify=verify,
+            stack=self.stack,
         )
 
 

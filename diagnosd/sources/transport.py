@@ -1,0 +1,129 @@
+"""httpx requests carried by aiohttp's connection pool: the Prometheus client's default transport.
+
+Why not httpx's own (httpcore): picking a connection costs httpcore a pass over every pooled
+connection per request, and a poll(2) of each to see whether it went stale, so a diagnosis whose
+twenty queries run at once spends more CPU choosing sockets than decoding answers (bench/transport.py
+measures both in one run). aiohttp keeps idle connections in a per-host deque and takes the newest.
+
+The client above stays httpx: auth, headers, base URL, timeouts and response decoding are its own,
+and respx's `using="httpx"` mocker intercepts requests before any transport. This module only moves
+bytes, and raises httpx's exceptions, so nothing above it knows aiohttp is there.
+"""
+
+from __future__ import annotations
+
+import ssl
+from pathlib import Path
+
+import aiohttp
+import httpx
+from yarl import URL
+
+# aiohttp's own default is 15s; httpx's (keepalive_expiry) 5s. Prometheus keeps an idle connection
+# for its --web.read-timeout (5m), proxies in between often far less: the shorter the safer.
+KEEPALIVE = 5.0
+# Connections to one Prometheus at once, as httpx's default limit; more queries wait for one.
+LIMIT = 100
+
+
+class AiohttpTransport(httpx.AsyncBaseTransport):
+    """One aiohttp session, opened on the first request (inside the running loop) and closed with
+    the client. HTTP(S)_PROXY and NO_PROXY from the environment apply, as with httpx's transport."""
+
+    def __init__(self, *, ssl_context: ssl.SSLContext | None = None, limit: int = LIMIT) -> None:
+        self._ssl: ssl.SSLContext | bool = ssl_context if ssl_context is not None else True
+        self._limit = limit
+        self._session: aiohttp.ClientSession | None = None
+
+    def _open(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            connector = aiohttp.TCPConnector(limit=self._limit, keepalive_timeout=KEEPALIVE, ssl=self._ssl)
+            self._session = aiohttp.ClientSession(
+                connector=connector,
+                trust_env=True,
+                # httpx decodes gzip itself (it asked for it); cookies and redirects are its too.
+                auto_decompress=False,
+                cookie_jar=aiohttp.DummyCookieJar(),
+                timeout=aiohttp.ClientTimeout(total=None),
+            )
+        return self._session
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        timeout = request.extensions.get("timeout", {})
+        limits = aiohttp.ClientTimeout(
+            total=None,
+            connect=timeout.get("pool"),  # waiting for a free connection, and opening it
+            sock_connect=timeout.get("connect"),
+            sock_read=timeout.get("read"),
+        )
+        body = await request.aread()
+        try:
+            async with self._open().request(
+                request.method,
+                URL(str(request.url), encoded=True),  # httpx has encoded it; not twice
+                headers=request.headers.multi_items(),
+                data=body or None,
+                allow_redirects=False,
+                timeout=limits,
+            ) as answer:
+                content = await answer.read()
+                return httpx.Response(
+                    answer.status,
+                    headers=list(answer.raw_headers),
+                    content=content,
+                    request=request,
+                    extensions={"http_version": b"HTTP/1.1", "reason_phrase": (answer.reason or "").encode()},
+                )
+        except aiohttp.ClientError as error:
+            raise _translated(error, request) from error
+        except TimeoutError as error:  # one aiohttp did not wrap (it wraps those of its own timeouts)
+            raise httpx.ReadTimeout(str(error) or "timed out", request=request) from error
+
+    async def aclose(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+
+def _translated(error: aiohttp.ClientError, request: httpx.Request) -> httpx.TransportError:
+    """The httpx exception a failure on the wire would have raised there; aiohttp's text kept."""
+    text = str(error) or type(error).__name__
+    kind: type[httpx.TransportError]
+    if isinstance(error, aiohttp.ConnectionTimeoutError):  # before ServerTimeoutError, its base
+        kind = httpx.ConnectTimeout
+    elif isinstance(error, aiohttp.ServerTimeoutError):
+        kind = httpx.ReadTimeout
+    elif isinstance(error, aiohttp.ClientProxyConnectionError):
+        kind = httpx.ProxyError
+    elif isinstance(error, aiohttp.ClientConnectorError):  # refused, unresolvable, TLS handshake
+        kind = httpx.ConnectError
+    elif isinstance(error, aiohttp.ServerDisconnectedError | aiohttp.ClientPayloadError):
+        kind = httpx.RemoteProtocolError  # closed before the answer, or in the middle of its body
+    elif isinstance(error, aiohttp.ClientResponseError):  # what came back was not HTTP
+        kind = httpx.RemoteProtocolError
+    elif isinstance(error, aiohttp.InvalidURL):
+        kind = httpx.UnsupportedProtocol
+    elif isinstance(error, aiohttp.ClientOSError):  # reset by peer, broken pipe
+        kind = httpx.ReadError
+    else:
+        kind = httpx.TransportError
+    return kind(text, request=request)
+
+
+def tls(verify: bool | str, cert: tuple[str, str] | None) -> ssl.SSLContext:
+    """The TLS context for either stack: httpx's own defaults (its CA bundle), or the CA file or
+    directory `verify` names, or no verification; with the client certificate when there is one.
+    (httpx 0.28 deprecated building it from a path itself.)"""
+    if verify is True:
+        context = httpx.create_ssl_context()
+    elif verify is False:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    elif Path(verify).is_dir():
+        context = ssl.create_default_context(capath=verify)
+    else:
+        context = ssl.create_default_context(cafile=verify)
+    if cert is not None:
+        context.load_cert_chain(*cert)
+    return context
