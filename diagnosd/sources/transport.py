@@ -13,6 +13,7 @@ bytes, and raises httpx's exceptions, so nothing above it knows aiohttp is there
 from __future__ import annotations
 
 import ssl
+import urllib.request
 from pathlib import Path
 
 import aiohttp
@@ -28,19 +29,24 @@ LIMIT = 100
 
 class AiohttpTransport(httpx.AsyncBaseTransport):
     """One aiohttp session, opened on the first request (inside the running loop) and closed with
-    the client. HTTP(S)_PROXY and NO_PROXY from the environment apply, as with httpx's transport."""
+    the client. HTTP(S)_PROXY, ALL_PROXY and NO_PROXY from the environment apply, as with httpx's
+    transport (http:// proxies; aiohttp speaks no SOCKS)."""
 
     def __init__(self, *, ssl_context: ssl.SSLContext | None = None, limit: int = LIMIT) -> None:
         self._ssl: ssl.SSLContext | bool = ssl_context if ssl_context is not None else True
         self._limit = limit
         self._session: aiohttp.ClientSession | None = None
+        self._proxies: dict[tuple[str, str], str | None] = {}
 
     def _open(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
             connector = aiohttp.TCPConnector(limit=self._limit, keepalive_timeout=KEEPALIVE, ssl=self._ssl)
             self._session = aiohttp.ClientSession(
                 connector=connector,
-                trust_env=True,
+                # Not aiohttp's trust_env: besides the proxy variables it reads ~/.netrc on a worker
+                # thread before every request without credentials, and adds what it finds (httpx
+                # reads no netrc). The proxy is looked up here instead (`_proxy`).
+                trust_env=False,
                 # httpx decodes gzip itself (it asked for it); cookies and redirects are its too.
                 auto_decompress=False,
                 cookie_jar=aiohttp.DummyCookieJar(),
@@ -65,6 +71,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
                 data=body or None,
                 allow_redirects=False,
                 timeout=limits,
+                proxy=self._proxy(request.url),
             ) as answer:
                 content = await answer.read()
                 return httpx.Response(
@@ -78,6 +85,17 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
             raise _translated(error, request) from error
         except TimeoutError as error:  # one aiohttp did not wrap (it wraps those of its own timeouts)
             raise httpx.ReadTimeout(str(error) or "timed out", request=request) from error
+
+    def _proxy(self, url: httpx.URL) -> str | None:
+        """The proxy the environment names for this URL's scheme, unless NO_PROXY exempts its host;
+        read once per origin (the environment is the process's, set before it started)."""
+        origin = (url.scheme, url.host)
+        if origin not in self._proxies:
+            found = urllib.request.getproxies_environment()
+            proxy = found.get(url.scheme) or found.get("all")
+            bypassed = proxy is not None and urllib.request.proxy_bypass(url.host)
+            self._proxies[origin] = None if bypassed else proxy
+        return self._proxies[origin]
 
     async def aclose(self) -> None:
         if self._session is not None:

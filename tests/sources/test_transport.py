@@ -272,3 +272,33 @@ async def test_a_client_left_unused_closes_without_a_session() -> None:
         assert (await client.get("/")).status_code == 200
         await client.aclose()
         assert transport._session is None
+
+
+@stacks
+async def test_the_environment_s_proxy_carries_the_query_unless_no_proxy_exempts_the_host(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    script = answering(answer(json.dumps(VECTOR).encode()))
+    async with scripted(script) as (proxy, proxy_url):
+        monkeypatch.setenv("HTTP_PROXY", proxy_url)
+        monkeypatch.setenv("NO_PROXY", "exempt.invalid")
+        async with source("http://prom.invalid:9090", stack) as s:  # unresolvable: only the proxy knows it
+            assert [x.value for x in await s.query("up", AT)] == [2.0]
+        assert proxy.requests[0].startswith(b"POST http://prom.invalid:9090/api/v1/query HTTP/1.1\r\n")
+        async with source("http://exempt.invalid:9090", stack) as s:
+            with pytest.raises(SourceUnavailable):
+                await s.query("up", AT)
+    assert len(proxy.requests) == 1  # the exempt host was asked directly (and could not be found)
+
+
+@stacks
+async def test_a_netrc_adds_no_credentials(stack: Stack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    netrc = tmp_path / ".netrc"
+    netrc.write_text("machine 127.0.0.1 login someone password secret\n")
+    netrc.chmod(0o600)
+    monkeypatch.setenv("NETRC", str(netrc))
+    monkeypatch.setenv("HOME", str(tmp_path))
+    script = answering(answer(json.dumps(VECTOR).encode()))
+    async with scripted(script) as (wire, url), source(url, stack) as s:
+        await s.query("up", AT)
+    assert b"authorization" not in wire.requests[0].lower()
