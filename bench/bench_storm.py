@@ -10,8 +10,10 @@ brings one of `--alerts` distinct firing alerts (spread over every symptom) and 
 one already sent (HA twins, repeat_interval). The daemon logs as `diagnosd serve` does, its
 access log a line per delivery, into a file. Printed for a bare ASGI app (the floor), the webhook
 route alone (no worker) with its log lines written behind and written inline on the event loop's
-thread, and `coalesce_window` 0s (each alert diagnosed on its own) and the default, medians over
-the repeats: deliveries/s, ack p50 / p99,
+thread, and `coalesce_window` 0s (each alert diagnosed on its own) and the default, the default
+once more with Prometheus' threads at nice 19 (its CPU no longer taken from the daemon's: as if it
+answered from a machine of its own, as in production), medians over the repeats: deliveries/s,
+ack p50 / p99,
 deliveries refused (503), evaluations run, and the time from the last delivery until every
 accepted alert is diagnosed. Then the cost of recording a delivery's new states: one transaction
 per delivery against one per alert; and of recording a coalesced batch's alerts once its
@@ -31,6 +33,7 @@ import contextlib
 import hashlib
 import json
 import logging
+import os
 import random
 import statistics
 import subprocess
@@ -75,6 +78,9 @@ class Mode:
     # The log lines written on the event loop's thread, as `diagnosd serve` wrote them before they
     # were written behind (diagnosd/logs.py writing_behind).
     logs_inline: bool = False
+    # Prometheus' threads at this nice value while the mode runs: 19 leaves it the CPU the daemon
+    # and the load generator do not want, as if it answered from a machine of its own.
+    prometheus_nice: int = 0
 
 
 MODES = {
@@ -83,7 +89,27 @@ MODES = {
     "route, logs inline": Mode(diagnose=False, logs_inline=True),
     "per alert": Mode(window="0s"),
     "coalesced": Mode(),
+    "coalesced, prom nice": Mode(prometheus_nice=19),
 }
+
+
+@contextlib.contextmanager
+def reniced(pid: int | None, nice: int) -> Iterator[None]:
+    """Every thread of `pid` at `nice` (Linux nices threads, not processes), then back at 0."""
+
+    def renice(value: int) -> None:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(ProcessLookupError):
+                os.setpriority(os.PRIO_PROCESS, int(task.name), value)
+
+    if pid is None or nice == 0:
+        yield
+        return
+    renice(nice)
+    try:
+        yield
+    finally:
+        renice(0)
 
 
 @contextlib.contextmanager
@@ -298,8 +324,9 @@ async def run_once(prometheus: str, work: Path, mode: Mode, args: argparse.Names
         if stalls is not None:
             stalls.stop()
             window = mode.window or "the default window"
+            niced = f", Prometheus at nice {mode.prometheus_nice}" if mode.prometheus_nice else ""
             print(
-                f"where the loop stalled over {stalls.over * 1000:.0f} ms, coalescing {window} "
+                f"where the loop stalled over {stalls.over * 1000:.0f} ms, coalescing {window}{niced} "
                 f"(one sample per {stalls.every * 1000:.0f} ms of a stall):",
                 file=sys.stderr,
             )
@@ -442,14 +469,18 @@ def main(args: argparse.Namespace) -> None:
                     run_dir.mkdir()
                     # Logged as `diagnosd serve` logs (its access log a line per delivery), into a
                     # file as a container runtime's log would take it.
-                    with (run_dir / "daemon.log").open("w") as lines, logged(mode, lines):
+                    with (
+                        (run_dir / "daemon.log").open("w") as lines,
+                        logged(mode, lines),
+                        reniced(prom.pid, mode.prometheus_nice),
+                    ):
                         runs[name].append(asyncio.run(run_once(prom.url, run_dir, mode, args)))
         print(
             f"{args.deliveries} deliveries ({args.alerts} distinct alerts over {len(symptoms)} symptoms, the rest "
             f"re-sends), {args.pods} pods, {args.concurrency} connections; medians of {args.repeats} runs"
         )
         columns = ("mode", "deliv/s", "ack p50 ms", "ack p99 ms", "refused", "evaluations", "alerts done", "drain s")
-        widths = (18, 8, 11, 11, 8, 12, 12, 8)
+        widths = (20, 8, 11, 11, 8, 12, 12, 8)
         print(" ".join(f"{c:>{w}}" for c, w in zip(columns, widths, strict=True)))
         medians: dict[str, dict[str, float]] = {}
         for mode, done in runs.items():

@@ -44,6 +44,10 @@ class ServerProcess:
         self.stop()
         raise ServerError(f"{self.name} not ready on {ready_url} after {timeout:g}s:\n{self.log_tail()}")
 
+    @property
+    def pid(self) -> int | None:
+        return None if self._process is None else self._process.pid
+
     def stop(self) -> None:
         if self._process is None:
             return
@@ -63,6 +67,11 @@ class LocalServer:
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        """The server's process id while it runs (a benchmark renices it, say)."""
+        return None if self._process is None else self._process.pid
 
     def __enter__(self) -> Self:
         self.start()

@@ -1,0 +1,44 @@
+"""bench/transport.py at N = 10, on a real Prometheus: both transports measured, every figure and
+ratio reported. Not a timing test: which transport is faster is the benchmark's to say."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import math
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from diagnosd.promlocal import LocalPrometheus
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+
+@pytest.fixture
+def bench() -> Iterator[ModuleType]:
+    sys.path.insert(0, str(BENCH))  # the benchmarks import each other by name
+    try:
+        yield importlib.import_module("transport")
+    finally:
+        sys.path.remove(str(BENCH))
+
+
+@pytest.mark.slow
+def test_both_transports_are_measured_side_by_side_at_ten_pods(bench: ModuleType, tmp_path: Path) -> None:
+    here = importlib.import_module("prom_queries").fleet(10, tmp_path)
+    with LocalPrometheus(here / "transport", tsdb=here / "tsdb") as prom:
+        found = asyncio.run(bench.compare(prom.url, here, 1))
+    assert set(found) == {"aiohttp", "httpx"}
+    for figures in found.values():
+        assert set(figures) == {"round", "cpu", "overhead"}
+        assert all(math.isfinite(v) and v > 0 for v in figures.values()), figures
+    lines = bench.table({10: found})
+    assert len(lines) == 2 + 3  # head, rule, a line per figure
+    for line in lines[2:]:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        assert cells[0] == "10"
+        assert all(math.isfinite(float(c)) for c in cells[2:]), cells
