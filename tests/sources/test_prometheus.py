@@ -127,6 +127,8 @@ async def test_server_side_query_timeout_is_a_timeout(respx_mock: respx.MockRout
     [
         {"resultType": "matrix", "result": []},
         {"resultType": "vector", "result": [{"metric": {}}]},
+        {"resultType": "vector", "result": [{"metric": {"pod": 7}, "value": [1, "2"]}]},  # a number for a label
+        {"resultType": "vector", "result": [{"metric": ["pod", "a"], "value": [1, "2"]}]},  # labels not an object
         None,
     ],
 )
@@ -134,6 +136,23 @@ async def test_wrong_answers_are_protocol_errors(respx_mock: respx.MockRouter, c
     respx_mock.post("/api/v1/query").mock(return_value=success(data))
     with pytest.raises(SourceProtocolError):
         await connect().query("up", AT)
+
+
+async def test_label_values_are_one_string_each_across_samples_and_answers(
+    respx_mock: respx.MockRouter, connect: Connect
+) -> None:
+    # Decoded apart, each answer's "prod" and pod names are strings of their own; kept once each.
+    respx_mock.post("/api/v1/query").mock(
+        return_value=vector(
+            ({"namespace": "prod", "pod": "p-0", "gpu": "0"}, "1"),
+            ({"namespace": "prod", "pod": "p-0", "gpu": "1"}, "2"),
+        )
+    )
+    source = connect()
+    first, second = await source.query("a", AT), await source.query("b", AT)
+    values = [sample.labels[name] for sample in (*first, *second) for name in ("namespace", "pod")]
+    assert values == ["prod", "p-0"] * 4
+    assert len({id(value) for value in values}) == 2
 
 
 async def test_metric_names_asks_only_for_candidates(respx_mock: respx.MockRouter, connect: Connect) -> None:
