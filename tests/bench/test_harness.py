@@ -3,30 +3,22 @@ every figure of its table, for every tree. Not a timing test: no figure is held 
 
 from __future__ import annotations
 
-import importlib
 import math
 import re
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
 from diagnosd.daemon import compose
+from tests.bench.conftest import Bench
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
 UNITS = re.compile(r"(ms|x|MiB|%)$")
 
 
 @pytest.fixture
-def harness() -> Iterator[ModuleType]:
-    # The benchmarks import each other by name, as `python bench/NAME.py` runs them.
-    sys.path.insert(0, str(BENCH))
-    try:
-        yield importlib.import_module("harness")
-    finally:
-        sys.path.remove(str(BENCH))
+def harness(bench: Bench) -> ModuleType:
+    return bench("harness")
 
 
 @pytest.mark.slow

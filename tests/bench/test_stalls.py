@@ -4,25 +4,17 @@ one that lets it turn is not."""
 from __future__ import annotations
 
 import asyncio
-import importlib
-import sys
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
+from tests.bench.conftest import Bench
 
 
 @pytest.fixture
-def stalls() -> Iterator[ModuleType]:
-    sys.path.insert(0, str(BENCH))  # the benchmarks import each other by name
-    try:
-        yield importlib.import_module("stalls")
-    finally:
-        sys.path.remove(str(BENCH))
+def stalls(bench: Bench) -> ModuleType:
+    return bench("stalls")
 
 
 def hold_the_loop() -> None:

@@ -4,26 +4,18 @@ ratio for every batch size. Not a timing test: no figure is held to a target."""
 
 from __future__ import annotations
 
-import importlib
 import re
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
+from tests.bench.conftest import Bench
 
 
 @pytest.fixture
-def bench_storm() -> Iterator[ModuleType]:
-    # The benchmarks import each other by name, as `python bench/NAME.py` runs them.
-    sys.path.insert(0, str(BENCH))
-    try:
-        yield importlib.import_module("bench_storm")
-    finally:
-        sys.path.remove(str(BENCH))
+def bench_storm(bench: Bench) -> ModuleType:
+    return bench("bench_storm")
 
 
 def test_both_ways_record_every_alert_of_a_batch(

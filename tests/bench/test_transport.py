@@ -4,39 +4,33 @@ ratio reported. Not a timing test: which transport is faster is the benchmark's 
 from __future__ import annotations
 
 import asyncio
-import importlib
 import math
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
 from diagnosd.promlocal import LocalPrometheus
-
-BENCH = Path(__file__).resolve().parents[2] / "bench"
+from tests.bench.conftest import Bench
 
 
 @pytest.fixture
-def bench() -> Iterator[ModuleType]:
-    sys.path.insert(0, str(BENCH))  # the benchmarks import each other by name
-    try:
-        yield importlib.import_module("transport")
-    finally:
-        sys.path.remove(str(BENCH))
+def transport(bench: Bench) -> ModuleType:
+    return bench("transport")
 
 
 @pytest.mark.slow
-def test_both_transports_are_measured_side_by_side_at_ten_pods(bench: ModuleType, tmp_path: Path) -> None:
-    here = importlib.import_module("prom_queries").fleet(10, tmp_path)
+def test_both_transports_are_measured_side_by_side_at_ten_pods(
+    bench: Bench, transport: ModuleType, tmp_path: Path
+) -> None:
+    here = bench("prom_queries").fleet(10, tmp_path)
     with LocalPrometheus(here / "transport", tsdb=here / "tsdb") as prom:
-        found = asyncio.run(bench.compare(prom.url, here, 1))
+        found = asyncio.run(transport.compare(prom.url, here, 1))
     assert set(found) == {"aiohttp", "httpx"}
     for figures in found.values():
         assert set(figures) == {"round", "cpu", "overhead"}
         assert all(math.isfinite(v) and v > 0 for v in figures.values()), figures
-    lines = bench.table({10: found})
+    lines = transport.table({10: found})
     assert len(lines) == 2 + 3  # head, rule, a line per figure
     for line in lines[2:]:
         cells = [c.strip() for c in line.strip("|").split("|")]

@@ -10,7 +10,7 @@ import gzip
 import json
 import ssl
 import subprocess
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -24,79 +24,15 @@ from diagnosd.promlocal import free_port
 from diagnosd.sources import PrometheusConfig, PrometheusSource
 from diagnosd.sources.prometheus import Stack
 from diagnosd.sources.transport import AiohttpTransport
+from tests.fakes.wire import Script, Wire, answer, answering, scripted
 
 AT = datetime(2026, 3, 1, 12, tzinfo=UTC)
 VECTOR = {
     "status": "success",
     "data": {"resultType": "vector", "result": [{"metric": {"pod": "a"}, "value": [1, "2"]}]},
 }
-Script = Callable[["Wire", asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
 stacks = pytest.mark.parametrize("stack", get_args(Stack))
-
-
-class Wire:
-    """A loopback server running `script` on each connection; keeps what each request sent."""
-
-    def __init__(self, script: Script) -> None:
-        self.script = script
-        self.connections = 0
-        self.requests: list[bytes] = []
-        self.closed = asyncio.Event()
-
-    async def request(self, reader: asyncio.StreamReader) -> bytes:
-        head = await reader.readuntil(b"\r\n\r\n")
-        length = next(
-            (
-                int(line.split(b":", 1)[1])
-                for line in head.split(b"\r\n")
-                if line.lower().startswith(b"content-length:")
-            ),
-            0,
-        )
-        sent = head + await reader.readexactly(length)
-        self.requests.append(sent)
-        return sent
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.connections += 1
-        try:
-            await self.script(self, reader, writer)
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        finally:
-            writer.close()
-            self.closed.set()
-
-
-@asynccontextmanager
-async def scripted(script: Script, ssl_context: ssl.SSLContext | None = None) -> AsyncIterator[tuple[Wire, str]]:
-    wire = Wire(script)
-    server = await asyncio.start_server(wire._serve, "127.0.0.1", 0, ssl=ssl_context)
-    port = server.sockets[0].getsockname()[1]
-    try:
-        yield wire, f"{'https' if ssl_context else 'http'}://127.0.0.1:{port}"
-    finally:
-        server.close()
-        await server.wait_closed()
-
-
-def answer(body: bytes, *headers: str, status: str = "200 OK") -> bytes:
-    head = [f"HTTP/1.1 {status}", f"Content-Length: {len(body)}", "Content-Type: application/json", *headers]
-    return ("\r\n".join(head) + "\r\n\r\n").encode() + body
-
-
-def answering(*answers: bytes) -> Script:
-    """Answers each request on a connection with the next of `answers`, keeping it open."""
-
-    async def script(wire: Wire, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        for reply in answers:
-            await wire.request(reader)
-            writer.write(reply)
-            await writer.drain()
-        await reader.read()  # until the client hangs up
-
-    return script
 
 
 @asynccontextmanager

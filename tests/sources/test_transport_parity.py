@@ -12,8 +12,7 @@ import gc
 import gzip
 import warnings
 import zlib
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any, get_args
 
@@ -24,96 +23,9 @@ from diagnosd.promlocal import free_port
 from diagnosd.sources import PrometheusConfig
 from diagnosd.sources.prometheus import Stack
 from diagnosd.sources.transport import AiohttpTransport
+from tests.fakes.wire import Script, Wire, answer, answering, scripted
 
-Script = Callable[["Wire", asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 stacks = pytest.mark.parametrize("stack", get_args(Stack))
-PROXY_VARS = ("http_proxy", "https_proxy", "all_proxy", "no_proxy")
-
-
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """No proxy and no netrc from the machine running the tests, unless a test sets one."""
-    for name in PROXY_VARS:
-        monkeypatch.delenv(name, raising=False)
-        monkeypatch.delenv(name.upper(), raising=False)
-    monkeypatch.setenv("NETRC", str(tmp_path / "no-such-netrc"))
-
-
-class Wire:
-    """A loopback server running `script` on each connection; keeps the requests and whether the
-    client hung up on each connection. Its handler tasks end with it."""
-
-    def __init__(self, script: Script) -> None:
-        self.script = script
-        self.connections = 0
-        self.requests: list[bytes] = []
-        self.hung_up: list[asyncio.Event] = []
-        self.arrived = asyncio.Event()
-        self.release = asyncio.Event()
-        self.tasks: set[asyncio.Task[Any]] = set()
-
-    async def head(self, reader: asyncio.StreamReader) -> bytes:
-        head = await reader.readuntil(b"\r\n\r\n")
-        self.requests.append(head)
-        self.arrived.set()
-        return head
-
-    async def request(self, reader: asyncio.StreamReader) -> bytes:
-        head = await reader.readuntil(b"\r\n\r\n")
-        length = next(
-            (int(x.split(b":", 1)[1]) for x in head.split(b"\r\n") if x.lower().startswith(b"content-length:")),
-            0,
-        )
-        sent = head + await reader.readexactly(length)
-        self.requests.append(sent)
-        self.arrived.set()
-        return sent
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self.tasks.add(task)
-        self.connections += 1
-        try:
-            await self.script(self, reader, writer)
-        except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
-            pass
-        finally:
-            writer.close()
-
-
-@asynccontextmanager
-async def scripted(script: Script) -> AsyncIterator[tuple[Wire, str]]:
-    wire = Wire(script)
-    server = await asyncio.start_server(wire._serve, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    try:
-        yield wire, f"http://127.0.0.1:{port}"
-    finally:
-        server.close()
-        for task in wire.tasks:
-            task.cancel()
-        await asyncio.gather(*wire.tasks, return_exceptions=True)
-        await server.wait_closed()
-
-
-def answer(body: bytes, *headers: str, status: str = "200 OK", version: str = "HTTP/1.1") -> bytes:
-    head = [f"{version} {status}", f"Content-Length: {len(body)}", *headers]
-    return ("\r\n".join(head) + "\r\n\r\n").encode() + body
-
-
-def answering(*answers: bytes) -> Script:
-    async def script(wire: Wire, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        for reply in answers:
-            await wire.request(reader)
-            writer.write(reply)
-            await writer.drain()
-        hung = asyncio.Event()
-        wire.hung_up.append(hung)
-        await reader.read()
-        hung.set()
-
-    return script
 
 
 def client(url: str, stack: Stack, **config: Any) -> httpx.AsyncClient:
