@@ -208,3 +208,11 @@ def test_durations_read_and_print_the_prometheus_way(text: str, seconds: float) 
     s = load_settings(None, BASE | {"DIAGNOSD_PROMETHEUS_TIMEOUT": text})
     assert s.prometheus.timeout == timedelta(seconds=seconds)
     assert format_duration(s.prometheus.timeout) == text
+
+
+def test_the_prometheus_stack_is_aiohttp_unless_set_and_reaches_the_client() -> None:
+    assert load_settings(None, BASE).prometheus.config().stack == "aiohttp"
+    chosen = load_settings(None, BASE | {"DIAGNOSD_PROMETHEUS_STACK": "httpx"}).prometheus.config()
+    assert chosen.stack == "httpx"
+    with pytest.raises(SettingsError, match=r"prometheus\.stack"):
+        load_settings(None, BASE | {"DIAGNOSD_PROMETHEUS_STACK": "curl"})
