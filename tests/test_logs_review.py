@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import logging
+import re
 import signal
 import subprocess
 import sys
@@ -119,11 +120,16 @@ def test_floods_of_two_templates_interleaved_are_each_one_line_and_a_count(logge
         for n in range(6):
             logger.warning("delivery %d refused", n)
             logger.warning("round %d failed: %s", n, "timeout")
-    lines = [line.split(": ", 1)[1] for line in stream.getvalue().splitlines()]
+    # The span is the wall clock's between the first and last repeat: on a loaded machine it can
+    # read 0.01s as well as 0.00s, so only its shape is held.
+    lines = [
+        re.sub(r"in the last \d+\.\d\ds\)$", "in the last Ns)", line.split(": ", 1)[1])
+        for line in stream.getvalue().splitlines()
+    ]
     assert lines[:2] == ["delivery 0 refused", "round 0 failed: timeout"]
     assert sorted(lines[2:]) == [
-        "delivery 5 refused (repeated 5 times in the last 0.00s)",
-        "round 5 failed: timeout (repeated 5 times in the last 0.00s)",
+        "delivery 5 refused (repeated 5 times in the last Ns)",
+        "round 5 failed: timeout (repeated 5 times in the last Ns)",
     ]
 
 
