@@ -83,8 +83,7 @@ def table(rows: dict[int, dict[Stack, Figures]]) -> list[str]:
     for pods, by_stack in rows.items():
         for key, name in names.items():
             a, h = by_stack["aiohttp"][key], by_stack["httpx"][key]
-            scale = 1 if key == "overhead" else 1000
-            shown = (f"{a:.2f}", f"{h:.2f}") if key == "overhead" else (f"{a * scale:.0f}", f"{h * scale:.0f}")
+            shown = [f"{v:.2f}" if key == "overhead" else f"{v * 1000:.0f}" for v in (a, h)]  # a ratio, or ms
             lines.append(f"| {pods} | {name} | {shown[0]} | {shown[1]} | {a / h:.2f} |")
     return lines
 

@@ -166,10 +166,8 @@ def _translated(error: aiohttp.ClientError, request: httpx.Request) -> httpx.Tra
         kind = httpx.ProxyError  # the proxy unreachable, or refusing the tunnel
     elif isinstance(error, aiohttp.ClientConnectorError):  # refused, unresolvable, TLS handshake
         kind = httpx.ConnectError
-    elif isinstance(error, aiohttp.ServerDisconnectedError | aiohttp.ClientPayloadError):
-        kind = httpx.RemoteProtocolError  # closed before the answer, or in the middle of its body
-    elif isinstance(error, aiohttp.ClientResponseError):  # what came back was not HTTP
-        kind = httpx.RemoteProtocolError
+    elif isinstance(error, aiohttp.ServerDisconnectedError | aiohttp.ClientPayloadError | aiohttp.ClientResponseError):
+        kind = httpx.RemoteProtocolError  # closed before the answer or in its body, or not HTTP
     elif isinstance(error, aiohttp.InvalidURL | aiohttp.NonHttpUrlClientError):
         kind = httpx.UnsupportedProtocol
     elif isinstance(error, aiohttp.ClientConnectionResetError):  # the request's write, cut

@@ -225,16 +225,3 @@ async def test_the_environment_s_proxy_carries_the_query_unless_no_proxy_exempts
             with pytest.raises(SourceUnavailable):
                 await s.query("up", AT)
     assert len(proxy.requests) == 1  # the exempt host was asked directly (and could not be found)
-
-
-@stacks
-async def test_a_netrc_adds_no_credentials(stack: Stack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    netrc = tmp_path / ".netrc"
-    netrc.write_text("machine 127.0.0.1 login someone password secret\n")
-    netrc.chmod(0o600)
-    monkeypatch.setenv("NETRC", str(netrc))
-    monkeypatch.setenv("HOME", str(tmp_path))
-    script = answering(answer(json.dumps(VECTOR).encode()))
-    async with scripted(script) as (wire, url), source(url, stack) as s:
-        await s.query("up", AT)
-    assert b"authorization" not in wire.requests[0].lower()

@@ -186,13 +186,19 @@ async def test_a_streamed_request_body_arrives_framed_once() -> None:
     assert seen == {"httpx": (False, b"hello world"), "aiohttp": (False, b"hello world")}
 
 
-async def test_credentials_in_netrc_are_not_sent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """httpx uses a netrc only when given httpx.NetRCAuth; aiohttp's trust_env reads it on every
-    request (aiohttp/client.py:776-780). Failed at 68fbac7; a7748fb turned trust_env off."""
-    netrc = tmp_path / "netrc"
-    netrc.write_text("machine 127.0.0.1 login alice password s3cret\n")
-    netrc.chmod(0o600)
-    monkeypatch.setenv("NETRC", str(netrc))
+@pytest.fixture
+def netrc(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A netrc with credentials for 127.0.0.1, where NETRC points."""
+    path = tmp_path / "netrc"
+    path.write_text("machine 127.0.0.1 login alice password s3cret\n")
+    path.chmod(0o600)
+    monkeypatch.setenv("NETRC", str(path))
+
+
+@pytest.mark.usefixtures("netrc")
+async def test_credentials_in_netrc_are_not_sent() -> None:
+    """httpx uses a netrc only when given httpx.NetRCAuth; aiohttp's trust_env would read it on
+    every request (aiohttp/client.py:776-780), so the transport leaves trust_env off."""
     sent = {}
     for stack in get_args(Stack):
         async with scripted(answering(answer(BODY))) as (wire, url):
@@ -203,13 +209,10 @@ async def test_credentials_in_netrc_are_not_sent(tmp_path: Path, monkeypatch: py
     assert sent["aiohttp"] == sent["httpx"]
 
 
-async def test_a_bearer_token_works_with_a_netrc_present(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """aiohttp refuses an Authorization header next to netrc credentials with a ValueError
-    (aiohttp/client.py:784-793), which the transport does not translate. Failed at 68fbac7."""
-    netrc = tmp_path / "netrc"
-    netrc.write_text("machine 127.0.0.1 login alice password s3cret\n")
-    netrc.chmod(0o600)
-    monkeypatch.setenv("NETRC", str(netrc))
+@pytest.mark.usefixtures("netrc")
+async def test_a_bearer_token_works_with_a_netrc_present() -> None:
+    """With trust_env, aiohttp refuses an Authorization header next to netrc credentials with a
+    ValueError (aiohttp/client.py:784-793) that no httpx error stands for."""
     got = {}
     for stack in get_args(Stack):
         async with scripted(answering(answer(BODY))) as (_, url), client(url, stack, bearer_token="t0k") as c:
@@ -281,7 +284,7 @@ async def test_no_proxy_bypasses_the_proxy(monkeypatch: pytest.MonkeyPatch) -> N
 async def test_a_proxy_refusing_connect_raises_proxy_error(monkeypatch: pytest.MonkeyPatch) -> None:
     """httpcore raises ProxyError for a CONNECT answered non-2xx (httpcore/_async/http_proxy.py);
     aiohttp raises ClientHttpProxyError, a ClientResponseError (aiohttp/client_exceptions.py:149),
-    which the transport's ClientProxyConnectionError branch does not catch."""
+    which the transport must tell from an answer that is not HTTP."""
 
     async def refuse(wire: Wire, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await wire.head(reader)
