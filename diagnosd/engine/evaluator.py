@@ -20,7 +20,7 @@ from diagnosd.engine import params as P
 from diagnosd.engine.early import Asker, EarlyJudge, steps
 from diagnosd.engine.fleet import fleet_results
 from diagnosd.engine.judge import Answer, Key, Question
-from diagnosd.engine.rewrite import ScopeMatcher, rewrite, strict_matcher
+from diagnosd.engine.rewrite import ScopeMatcher, Shape, fill, strict_matcher, template
 from diagnosd.engine.scope import Scope
 from diagnosd.engine.walk import Shared, diagnose_target, explanations, severities
 from diagnosd.errors import QueryRejected, SourceError
@@ -118,7 +118,12 @@ class Evaluator:
         # exporter missing there is missing, whatever another cluster has).
         where = [strict_matcher(m) for m in matchers if m.strict]
         spellings, notes = await self._spellings(texts.values(), start, at, where)
-        resolved = {key: self._resolve(text, spellings, matchers, tree.target) for key, text in texts.items()}
+        resolved: dict[str, Resolved] = {}
+        for asker, text in texts.items():
+            resolved[asker] = self._resolve(text, spellings, matchers, tree.target)
+            # A text not resolved before (parsed and rewritten: a few ms each) holds the event
+            # loop: the webhook and the other diagnoses are served between two.
+            await asyncio.sleep(0)
         jobs = _jobs(resolved, offsets, at)
         ask = _asker(tree, values, resolved, offsets, at)
         early = EarlyJudge(steps(tree, lambda check: _jobs_of(check, resolved, offsets, at)), ask)
@@ -228,13 +233,15 @@ class Evaluator:
         # series that identify the target (never node, workload or autoscaler series, nor
         # `@unscoped` parts; diagnosd/topology); strict ones everywhere. Targets are filtered by
         # the scope afterwards.
-        return [ScopeMatcher(label, value, label in self.strict_labels) for label, value in scope.pairs]
+        return [ScopeMatcher(label, values, label in self.strict_labels) for label, values in scope.values()]
 
     def _resolve(
         self, text: str, spellings: Mapping[str, list[str]], matchers: list[ScopeMatcher], target: Sequence[str] = ()
     ) -> Resolved:
         known = tuple(sorted((name, tuple(found)) for name, found in spellings.items()))
-        return _resolved(text, known, tuple(matchers), tuple(target), self.aliases)
+        shapes = tuple(m.shape for m in matchers)
+        resolved = _resolved(text, known, shapes, tuple(target), self.aliases)
+        return replace(resolved, query=fill(resolved.query, matchers))
 
     async def _run(self, jobs: set[Job], target: list[str], at: datetime, early: EarlyJudge) -> dict[Job, Answer]:
         """Every request, at most `concurrency` at once; each check is judged as its answers arrive."""
@@ -459,17 +466,19 @@ def _targets(
         # A TSDB younger than the detect's window: whatever answered names the targets, so each
         # reads "not enough history yet" instead of the fleet reading "no target".
         keys = {k for (_, when), answer in answers.items() if when == at for k in answer.by_target}
-    wanted = {i: value for i, label in enumerate(tree.target) for name, value in scope.pairs if name == label}
-    return sorted(k for k in keys if all(k[i] == value for i, value in wanted.items()))
+    wanted = {i: set(values) for i, label in enumerate(tree.target) for name, values in scope.values() if name == label}
+    return sorted(k for k in keys if all(k[i] in values for i, values in wanted.items()))
 
 
 # Parsing and rewriting is most of a diagnosis's own CPU time, and every round asks the same texts
-# with the same spellings and scope: remember the answers (all immutable), bounded.
+# with the same spellings and scope: remember the answers (all immutable), bounded. Remembered by
+# the scope's shape, not its values (the query a template, filled by the caller): a storm's alerts,
+# each on a pod of its own, are diagnosed without parsing any query again.
 @functools.lru_cache(maxsize=4096)
 def _resolved(
     text: str,
     known: tuple[tuple[str, tuple[str, ...]], ...],
-    matchers: tuple[ScopeMatcher, ...],
+    shapes: tuple[Shape, ...],
     target: tuple[str, ...],
     aliases: Aliases,
 ) -> Resolved:
@@ -490,8 +499,7 @@ def _resolved(
     unsourced = promql.missing_source(expr, lambda n: bool(spellings.get(n)) or (joined and n in joins))
     # Newest spelling first: where a target has several, the rewrite keeps the first one's answer.
     present = {n: _newest_first(aliases, n, list(spellings[n])) for n in names if spellings.get(n)}
-    query = rewrite(text, present, list(matchers), target)
-    return Resolved(query, absent, all_absent, tuple(unsourced))
+    return Resolved(template(text, present, shapes, target), absent, all_absent, tuple(unsourced))
 
 
 def _newest_first(aliases: Aliases, name: str, found: list[str]) -> list[str]:

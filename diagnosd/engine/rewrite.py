@@ -38,6 +38,7 @@ with those copied to the plain names, and scoped by them:
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass
 
@@ -58,13 +59,27 @@ PICK = "__diagnosd_pick_{}__"
 NORM = "__diagnosd_norm__"
 
 
+# A scope matcher's placeholder in a template, as printed (quoted) by the parser.
+PLACEHOLDER = re.compile(r'"__diagnosd_scope_(\d+)__"')
+# What a template depends on of a scope matcher: its label, whether it is strict, and whether it
+# names several values (matched as a regex); never the values themselves.
+Shape = tuple[str, bool, bool]
+
+
 @dataclass(frozen=True)
 class ScopeMatcher:
     label: str
-    value: str
-    # Strict: the series must carry label=value. Lenient: equal, or the series lacks the label
-    # (GPU series have no model_name, node series no namespace; they must still join in).
+    # The values the label may take: one as a diagnosis is asked; several for the targets of a
+    # coalesced batch of alerts (any of them).
+    values: tuple[str, ...]
+    # Strict: the series must carry the label with one of the values. Lenient: one of them, or the
+    # series lacks the label (GPU series have no model_name, node series no namespace; they must
+    # still join in).
     strict: bool
+
+    @property
+    def shape(self) -> Shape:
+        return self.label, self.strict, len(self.values) > 1
 
 
 def rewrite(
@@ -78,9 +93,27 @@ def rewrite(
     `names` maps a name to its present spellings, newest first; `target` lists the labels that
     identify one target (aggregations keeping them all are evaluated per spelling).
     """
-    literals: dict[str, str] = {}
-    for index, matcher in enumerate(matchers):
-        literals[f"__diagnosd_scope_{index}__"] = _literal(matcher)
+    return fill(template(text, names, [m.shape for m in matchers], target), matchers)
+
+
+def fill(template_: str, matchers: Sequence[ScopeMatcher]) -> str:
+    """A template with each scope placeholder replaced by its matcher's values, quoted for PromQL.
+
+    One pass: a value that reads like a placeholder is never replaced in turn."""
+    literals = [_literal(matcher) for matcher in matchers]
+    return PLACEHOLDER.sub(lambda found: literals[int(found.group(1))], template_)
+
+
+def template(
+    text: str,
+    names: Mapping[str, Sequence[str]],
+    shapes: Sequence[Shape],
+    target: Sequence[str] = (),
+) -> str:
+    """The rewritten query with a placeholder for each scope matcher's values (see `fill`).
+
+    Parsing and rewriting is the costly part, and it depends on the scope's shape only: a caller
+    remembers the template and fills it for every scope of that shape (each alert's pod)."""
     picks: dict[str, list[str]] = {}
 
     def visit(node: pp.Expr) -> pp.Expr | None:
@@ -99,11 +132,12 @@ def rewrite(
             # A placeholder name for now, one per selector: `_split` decides how far to fan out.
             node.name = PICK.format(len(picks))
             picks[node.name] = spellings
-        for index, matcher in enumerate(matchers):
-            if matcher.strict:
-                extra.append(pp.Matcher(pp.MatchOp.Equal, matcher.label, f"__diagnosd_scope_{index}__"))
+        for index, (label, strict, several) in enumerate(shapes):
+            if strict:
+                op = pp.MatchOp.Re if several else pp.MatchOp.Equal
+                extra.append(pp.Matcher(op, label, f"__diagnosd_scope_{index}__"))
             elif scoped and not renamed:
-                extra.append(pp.Matcher(pp.MatchOp.Re, matcher.label, f"__diagnosd_scope_{index}__"))
+                extra.append(pp.Matcher(pp.MatchOp.Re, label, f"__diagnosd_scope_{index}__"))
         if renamed:
             extra.append(pp.Matcher(pp.MatchOp.Equal, NORM, "scoped" if scoped else "unscoped"))
         node.matchers = pp.Matchers(extra)
@@ -113,12 +147,8 @@ def rewrite(
     expr = pp.transform(pp.parse(text), pre_visit=visit)
     if picks:
         expr = _split(expr, picks, frozenset(target))
-    lenient = [(index, m.label) for index, m in enumerate(matchers) if not m.strict]
-    expr = _normalise(expr, lenient)
-    out = str(expr)
-    for placeholder, literal in literals.items():
-        out = out.replace(f'"{placeholder}"', literal)
-    return out
+    lenient = [(index, label) for index, (label, strict, _) in enumerate(shapes) if not strict]
+    return str(_normalise(expr, lenient))
 
 
 def _split(expr: pp.Expr, picks: Mapping[str, list[str]], target: Set[str]) -> pp.Expr:
@@ -284,12 +314,16 @@ def _union(node: pp.VectorSelector, spellings: Sequence[str]) -> pp.Expr:
 
 
 def strict_matcher(matcher: ScopeMatcher) -> str:
-    """`label="value"`, the value quoted for PromQL."""
-    return f"{matcher.label}={_literal(matcher)}"
+    """`label="value"` (several values: `label=~"a|b"`), quoted for PromQL."""
+    return f"{matcher.label}{'=~' if matcher.shape[2] else '='}{_literal(matcher)}"
 
 
 def _literal(matcher: ScopeMatcher) -> str:
-    value = matcher.value if matcher.strict else _regex_escape(matcher.value) + "|"
+    if matcher.strict and len(matcher.values) == 1:
+        value = matcher.values[0]
+    else:
+        # A regex of the values (Prometheus anchors it); lenient: or the label missing (empty).
+        value = "|".join(_regex_escape(v) for v in matcher.values) + ("" if matcher.strict else "|")
     # JSON's escapes (\" \\ \n \uXXXX) are a subset of PromQL's Go-style double-quoted strings.
     # U+FFFD is escaped too: Prometheus's lexer reads it as utf8.RuneError and refuses the whole
     # query ("invalid UTF-8 rune"), while the escape stands for the same, valid, character.

@@ -1,8 +1,9 @@
-"""A scope: label = value pairs that narrow a diagnosis (from --match, REST query or an alert)."""
+"""A scope: label = value pairs that narrow a diagnosis (from --match, REST query or an alert), and
+for a coalesced batch of alerts, labels that may take any of several values (their targets)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 from diagnosd.errors import ScopeError
@@ -15,12 +16,35 @@ MAX_VALUE = 1024
 @dataclass(frozen=True)
 class Scope:
     pairs: tuple[tuple[str, str], ...] = ()
+    # Labels whose value is any of several, each with its values sorted (none in `pairs`).
+    choices: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     @classmethod
     def of(cls, labels: Mapping[str, str]) -> Scope:
         for name, value in labels.items():
             _check(name, value)
         return cls(tuple(sorted(labels.items())))
+
+    @classmethod
+    def among(cls, labels: Mapping[str, Collection[str]]) -> Scope:
+        """Each label any of its values: a label with one value is a pair, as in `of`."""
+        pairs: dict[str, str] = {}
+        choices: list[tuple[str, tuple[str, ...]]] = []
+        for name, values in sorted(labels.items()):
+            if not values:
+                raise ScopeError(name, "no value to choose from")
+            for value in values:
+                _check(name, value)
+            distinct = tuple(sorted(set(values)))
+            if len(distinct) == 1:
+                pairs[name] = distinct[0]
+            else:
+                choices.append((name, distinct))
+        return cls(tuple(sorted(pairs.items())), tuple(choices))
+
+    def values(self) -> list[tuple[str, tuple[str, ...]]]:
+        """Every label with the values it may take (one for a pair), by label."""
+        return sorted([*((name, (value,)) for name, value in self.pairs), *self.choices])
 
     @classmethod
     def parse(cls, items: Iterable[str]) -> Scope:
@@ -36,6 +60,7 @@ class Scope:
         return cls.of(labels)
 
     def as_dict(self) -> dict[str, str]:
+        """The labels with one value (what every target in scope shares)."""
         return dict(self.pairs)
 
 

@@ -13,7 +13,7 @@ import promql_parser as pp
 import pytest
 
 from diagnosd.engine.evaluator import Evaluator
-from diagnosd.engine.rewrite import ScopeMatcher, rewrite
+from diagnosd.engine.rewrite import ScopeMatcher, fill, rewrite, template
 from diagnosd.engine.scope import Scope
 from diagnosd.errors import ScopeError
 from diagnosd.promlocal.openmetrics import Series
@@ -38,7 +38,7 @@ def selectors(text: str) -> list[tuple[str | None, dict[str, tuple[str, str]]]]:
 @pytest.mark.parametrize("value", HOSTILE)
 def test_hostile_values_stay_values(value: str) -> None:
     query = "sum by (pod) (rate(vllm:x_total[5m])) / on(pod) max by (pod) (DCGM_FI_DEV_GPU_UTIL)"
-    out = rewrite(query, {}, [ScopeMatcher("pod", value, strict=True)])
+    out = rewrite(query, {}, [ScopeMatcher("pod", (value,), strict=True)])
     found = selectors(out)
     assert [name for name, _ in found] == ["vllm:x_total", "DCGM_FI_DEV_GPU_UTIL"]
     assert all(m["pod"] == ("MatchOp.Equal", value) for _, m in found)
@@ -55,7 +55,7 @@ def calls(text: str) -> list[str]:
 
 @pytest.mark.parametrize("value", HOSTILE)
 def test_lenient_matchers_match_the_literal_value_or_absence(value: str) -> None:
-    out = rewrite("max(up)", {}, [ScopeMatcher("model_name", value, strict=False)])
+    out = rewrite("max(up)", {}, [ScopeMatcher("model_name", (value,), strict=False)])
     ((_, matchers),) = selectors(out)
     op, regex = matchers["model_name"]
     assert op.startswith("MatchOp.Re")
@@ -160,13 +160,58 @@ def test_every_present_spelling_in_order() -> None:
 def test_scope_matchers_reach_every_spelling(value: str) -> None:
     query = "sum by (namespace, pod) (rate(x[5m])) / on (pod) max by (namespace, pod) (y) + absent(x)"
     out = rewrite(
-        query, TWO, [ScopeMatcher("pod", value, strict=True), ScopeMatcher("model_name", value, strict=False)]
+        query, TWO, [ScopeMatcher("pod", (value,), strict=True), ScopeMatcher("model_name", (value,), strict=False)]
     )
     found = selectors(out)
     assert [name for name, _ in found] == ["new", "old", "y_new", "y_old", None]
     assert all(m["pod"] == ("MatchOp.Equal", value) for _, m in found)
     assert all(m["model_name"][0].startswith("MatchOp.Re") for _, m in found)
     assert calls(out) == ["rate", "rate", "absent"]
+
+
+@pytest.mark.parametrize("strict", [True, False])
+def test_several_values_match_any_of_them_and_nothing_else(strict: bool) -> None:
+    values = tuple(HOSTILE)
+    out = rewrite("max by (pod) (vllm:x)", {}, [ScopeMatcher("pod", values, strict=strict)])
+    ((_, matchers),) = selectors(out)
+    op, regex = matchers["pod"]
+    assert op.startswith("MatchOp.Re")
+    import re
+
+    assert all(re.fullmatch(regex, value) for value in values)
+    assert bool(re.fullmatch(regex, "")) is not strict  # lenient: or the label missing
+    assert not re.fullmatch(regex, "a")
+    assert not re.fullmatch(regex, values[2] + values[3])
+
+
+def test_a_value_that_reads_like_a_placeholder_is_never_replaced_in_turn() -> None:
+    query = "max by (pod) (vllm:x)"
+    matchers = [ScopeMatcher("pod", ("__diagnosd_scope_1__",), strict=True), ScopeMatcher("zone", ("z",), strict=True)]
+    ((_, found),) = selectors(rewrite(query, {}, matchers))
+    assert found["pod"] == ("MatchOp.Equal", "__diagnosd_scope_1__")
+    assert found["zone"] == ("MatchOp.Equal", "z")
+
+
+def test_one_template_serves_every_scope_of_its_shape() -> None:
+    query = "sum by (pod) (rate(vllm:x_total[5m])) / on(pod) max by (pod) (DCGM_FI_DEV_GPU_UTIL)"
+    shaped = template(query, {}, [("pod", False, False), ("cluster", True, False)])
+    assert "__diagnosd_scope_0__" in shaped
+    assert "__diagnosd_scope_1__" in shaped
+    for pod in ("vllm-0", "vllm-1", '"} or vector(1)'):
+        matchers = [ScopeMatcher("pod", (pod,), strict=False), ScopeMatcher("cluster", ("east",), strict=True)]
+        assert fill(shaped, matchers) == rewrite(query, {}, matchers)
+
+
+def test_a_scope_among_values_keeps_one_value_as_a_pair_and_sorts_the_rest() -> None:
+    scope = Scope.among({"pod": ["b", "a", "b"], "namespace": ["prod"]})
+    assert scope.as_dict() == {"namespace": "prod"}
+    assert scope.choices == (("pod", ("a", "b")),)
+    assert scope.values() == [("namespace", ("prod",)), ("pod", ("a", "b"))]
+    assert Scope.among({"pod": ["a"]}) == Scope.of({"pod": "a"})
+    with pytest.raises(ScopeError, match="no value"):
+        Scope.among({"pod": []})
+    with pytest.raises(ScopeError, match="longer than 1024 characters"):
+        Scope.among({"pod": ["a", "x" * 1025]})
 
 
 @pytest.mark.parametrize("name", ["", "1pod", "po-d", "__name__", "pod}", 'a"b'])

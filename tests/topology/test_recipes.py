@@ -102,7 +102,7 @@ def test_levels() -> None:
     assert level_of("kube_horizontalpodautoscaler_info") is Level.AUTOSCALER
 
 
-SCOPE = [ScopeMatcher("namespace", "prod", strict=False), ScopeMatcher("diagnosd_test", "t1", strict=True)]
+SCOPE = [ScopeMatcher("namespace", ("prod",), strict=False), ScopeMatcher("diagnosd_test", ("t1",), strict=True)]
 
 
 def test_the_scope_narrows_target_series_only_and_strict_labels_everything() -> None:
@@ -128,7 +128,7 @@ def test_unscoped_parts_keep_strict_labels_and_lose_the_mark() -> None:
         ["model"],
     )
     assert UNSCOPED_MARK in text
-    out = rewrite(text, {}, [ScopeMatcher("model", "gpt-4o", strict=False), SCOPE[1]], ["model"])
+    out = rewrite(text, {}, [ScopeMatcher("model", ("gpt-4o",), strict=False), SCOPE[1]], ["model"])
     assert UNSCOPED_MARK not in out
     inner = [m for m in _all_selectors(out)]
     assert [("model" in m, m["diagnosd_test"]) for m in inner] == [(True, "t1"), (False, "t1")]

@@ -3,13 +3,19 @@ diagnosed by a single evaluation over all their targets, and each alert then tak
 
 The engine evaluates a tree over every target of a scope at once (one query per check, whatever
 the number of targets), so a storm of N alerts of one symptom costs one evaluation instead of N.
-The widened scope is the labels every alert of the batch shares; each alert's part is then the
-targets its own scope names, filtered the way the engine filters a diagnosis by its scope.
+The batch's scope covers its alerts' scopes: each label they all hold, with every value they hold
+it with (`pod` any of the alerting pods), so that the queries read, and the engine judges, the
+alerting targets and not the whole namespace around them. Each alert's part is then the targets
+its own scope names, filtered the way the engine filters a diagnosis by its scope (where two
+labels vary, the batch also covers their other combinations; no alert's part takes those).
 
 Labels matched strictly (`prometheus.strict_labels`) change which series a query reads, not only
-which targets are reported: alerts that differ in one are never coalesced. Lenient scope labels
-that are not target labels (`model_name` for a pod) only let series without the label join in,
-so dropping one from the shared scope leaves each target's own answer as it was.
+which targets are reported: alerts that differ in one are never coalesced. A label some alert of
+the batch does not hold is left out of its scope (that alert asks about all of its values), and
+so is one with more than MAX_CHOICES values (every query would carry a regex of them all).
+Leaving a lenient label out, or widening it to several values, leaves each target's own answer
+as it was: lenient matchers only let series without the label join in. A fleet-level result
+(engine/fleet.py) is of the batch's scope, as an alert diagnosed alone has one of its own.
 """
 
 from __future__ import annotations
@@ -23,6 +29,9 @@ from diagnosd.findings.model import Diagnosis
 
 # symptom, window start (None: not coalesced), strict scope labels, and the alert state itself
 # when coalescing is off (every job its own batch).
+# The most values of one label a batch's scope names; past it the label is left out.
+MAX_CHOICES = 256
+
 BatchKey = tuple[str, datetime | None, tuple[tuple[str, str], ...], tuple[str, str, str] | None]
 
 
@@ -40,15 +49,15 @@ def batch_key(job: AlertJob, window: timedelta, strict_labels: Sequence[str]) ->
     return job.symptom, window_start(job.received_at, window), strict, None
 
 
-def shared_scope(scopes: Iterable[Mapping[str, str]]) -> dict[str, str]:
-    """The labels every scope holds with the same value: a scope covering all of them."""
-    shared: dict[str, str] | None = None
+def covering_scope(scopes: Iterable[Mapping[str, str]]) -> dict[str, set[str]]:
+    """Each label every scope holds, with the values they hold it with (at most MAX_CHOICES)."""
+    covering: dict[str, set[str]] | None = None
     for scope in scopes:
-        if shared is None:
-            shared = dict(scope)
+        if covering is None:
+            covering = {name: {value} for name, value in scope.items()}
         else:
-            shared = {name: value for name, value in shared.items() if scope.get(name) == value}
-    return shared or {}
+            covering = {name: {*values, scope[name]} for name, values in covering.items() if name in scope}
+    return {name: values for name, values in (covering or {}).items() if len(values) <= MAX_CHOICES}
 
 
 def part(diagnosis: Diagnosis, scope: Mapping[str, str]) -> Diagnosis:

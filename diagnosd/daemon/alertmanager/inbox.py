@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import IntEnum, StrEnum
 
-from diagnosd.daemon.alertmanager.coalesce import BatchKey, batch_key, part, shared_scope, window_start
+from diagnosd.daemon.alertmanager.coalesce import BatchKey, batch_key, covering_scope, part, window_start
 from diagnosd.daemon.alertmanager.memory import AlertRecord, BatchClaim, DeliveryMemory, Lease
 from diagnosd.daemon.alertmanager.payload import AlertJob
 from diagnosd.daemon.alertmanager.settled import Settled
@@ -372,7 +372,7 @@ class Inbox:
         symptom = jobs[0].symptom
         try:
             tree = self._diagnoser.tree(symptom)
-            scope = Scope.of(shared_scope(job.scope for job in jobs))
+            scope = Scope.among(covering_scope(job.scope for job in jobs))
             looked = await self._diagnoser.diagnose(tree, scope, Batch(jobs).at, Trigger.ALERT)
         except QueryRejected as error:
             log.warning(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from diagnosd.daemon.alertmanager.coalesce import batch_key, part, shared_scope, window_start
+from diagnosd.daemon.alertmanager.coalesce import MAX_CHOICES, batch_key, covering_scope, part, window_start
 from diagnosd.daemon.alertmanager.payload import AlertJob
 from diagnosd.findings.model import Verdict
 from tests.findings.builders import clear, diagnosis, fleetwide, holding
@@ -49,16 +49,22 @@ def test_a_zero_window_gives_each_alert_state_its_own_batch() -> None:
     assert len(keys) == 2
 
 
-def test_the_shared_scope_keeps_the_labels_every_alert_holds_alike() -> None:
+def test_the_covering_scope_keeps_the_labels_every_alert_holds_with_all_their_values() -> None:
     scopes = [
         {"namespace": "prod", "pod": "vllm-0", "model_name": "llama"},
         {"namespace": "prod", "pod": "vllm-1", "model_name": "llama"},
         {"namespace": "prod", "pod": "vllm-2"},
     ]
-    assert shared_scope(scopes) == {"namespace": "prod"}
-    assert shared_scope(scopes[:2]) == {"namespace": "prod", "model_name": "llama"}
-    assert shared_scope(scopes[:1]) == scopes[0]
-    assert shared_scope([]) == {}
+    assert covering_scope(scopes) == {"namespace": {"prod"}, "pod": {"vllm-0", "vllm-1", "vllm-2"}}
+    assert covering_scope(scopes[:2]) == {"namespace": {"prod"}, "pod": {"vllm-0", "vllm-1"}, "model_name": {"llama"}}
+    assert covering_scope(scopes[:1]) == {name: {value} for name, value in scopes[0].items()}
+    assert covering_scope([]) == {}
+
+
+def test_a_label_with_more_values_than_the_bound_is_left_out() -> None:
+    scopes = [{"namespace": "prod", "pod": f"vllm-{n}"} for n in range(MAX_CHOICES + 1)]
+    assert covering_scope(scopes) == {"namespace": {"prod"}}
+    assert len(covering_scope(scopes[:MAX_CHOICES])["pod"]) == MAX_CHOICES
 
 
 def test_each_alert_takes_the_targets_its_scope_names() -> None:
