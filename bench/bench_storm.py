@@ -259,6 +259,19 @@ class Run:
     evaluations: int
     alerts_done: int
     drain_s: float
+    # CPU seconds from the first delivery until the backlog drained: the daemon's process (every
+    # thread: the event loop, the log writer) and Prometheus'.
+    daemon_cpu_s: float
+    prometheus_cpu_s: float
+
+
+def cpu_seconds(pid: int | None) -> float:
+    """A process's CPU time so far (user and system, every thread), from /proc; NaN without one."""
+    if pid is None:
+        return float("nan")
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks: int = os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / ticks
 
 
 def counted(metric: Any, **labels: str) -> float:
@@ -270,7 +283,9 @@ def counted(metric: Any, **labels: str) -> float:
     )
 
 
-async def run_once(prometheus: str, work: Path, mode: Mode, args: argparse.Namespace) -> Run:
+async def run_once(
+    prometheus: str, prometheus_pid: int | None, work: Path, mode: Mode, args: argparse.Namespace
+) -> Run:
     hook: dict[str, Any] = {} if mode.window is None else {"coalesce_window": mode.window}
     settings = Settings.model_validate(
         {
@@ -303,6 +318,7 @@ async def run_once(prometheus: str, work: Path, mode: Mode, args: argparse.Names
         services: Services | None = None if mode.floor else app.state.services
         if services is not None and not mode.diagnose:
             await services.inbox.stop()  # the route alone: nothing diagnoses meanwhile
+        cpu = time.process_time(), cpu_seconds(prometheus_pid)
         generator = await asyncio.create_subprocess_exec(
             sys.executable,
             __file__,
@@ -320,6 +336,7 @@ async def run_once(prometheus: str, work: Path, mode: Mode, args: argparse.Names
             drain = time.perf_counter() - start
             evaluations = int(counted(services.metrics.diagnoses, trigger="alert"))
             done = len(services.memory.alerts_by_outcome("done"))
+        daemon_cpu, prometheus_cpu = time.process_time() - cpu[0], cpu_seconds(prometheus_pid) - cpu[1]
     finally:
         if stalls is not None:
             stalls.stop()
@@ -342,6 +359,8 @@ async def run_once(prometheus: str, work: Path, mode: Mode, args: argparse.Names
         evaluations=evaluations,
         alerts_done=done,
         drain_s=drain,
+        daemon_cpu_s=daemon_cpu,
+        prometheus_cpu_s=prometheus_cpu,
     )
 
 
@@ -475,20 +494,23 @@ def main(args: argparse.Namespace) -> None:
                         logged(mode, lines),
                         reniced(prom.pid, mode.prometheus_nice),
                     ):
-                        runs[name].append(asyncio.run(run_once(prom.url, run_dir, mode, args)))
+                        runs[name].append(asyncio.run(run_once(prom.url, prom.pid, run_dir, mode, args)))
         print(
             f"{args.deliveries} deliveries ({args.alerts} distinct alerts over {len(symptoms)} symptoms, the rest "
             f"re-sends), {args.pods} pods, {args.concurrency} connections; medians of {args.repeats} runs"
         )
-        columns = ("mode", "deliv/s", "ack p50 ms", "ack p99 ms", "refused", "evaluations", "alerts done", "drain s")
-        widths = (20, 8, 11, 11, 8, 12, 12, 8)
+        columns = (
+            *("mode", "deliv/s", "ack p50 ms", "ack p99 ms", "refused", "evaluations", "alerts done", "drain s"),
+            *("daemon cpu s", "prom cpu s"),
+        )
+        widths = (20, 8, 11, 11, 8, 12, 12, 8, 13, 11)
         print(" ".join(f"{c:>{w}}" for c, w in zip(columns, widths, strict=True)))
         medians: dict[str, dict[str, float]] = {}
-        for mode, done in runs.items():
+        for name, done in runs.items():
             m = {field: statistics.median(getattr(r, field) for r in done) for field in Run.__dataclass_fields__}
-            medians[mode] = m
+            medians[name] = m
             cells = (
-                mode,
+                name,
                 f"{m['rate']:.0f}",
                 f"{m['p50_ms']:.1f}",
                 f"{m['p99_ms']:.1f}",
@@ -496,6 +518,8 @@ def main(args: argparse.Namespace) -> None:
                 f"{m['evaluations']:.0f}",
                 f"{m['alerts_done']:.0f}",
                 f"{m['drain_s']:.1f}",
+                f"{m['daemon_cpu_s']:.1f}",
+                f"{m['prometheus_cpu_s']:.1f}",
             )
             print(" ".join(f"{c:>{w}}" for c, w in zip(cells, widths, strict=True)))
         if "per alert" in medians and "coalesced" in medians:

@@ -258,7 +258,7 @@ def _normalised(text: str, lenient: Sequence[tuple[int, str]]) -> str:
 
     def copied(inner: str) -> str:
         for label in RENAMED_LABELS:
-            inner = f'label_replace({inner}, "{label}", "$1", "exported_{label}", "(.+)")'
+            inner = f'label_replace({inner}, "{label}", "$1", "exported_{label}", "(?s)(.+)")'
         return inner
 
     scoped = '"scoped"' in text and bool(lenient)

@@ -9,13 +9,15 @@ alerting targets and not the whole namespace around them. Each alert's part is t
 its own scope names, filtered the way the engine filters a diagnosis by its scope (where two
 labels vary, the batch also covers their other combinations; no alert's part takes those).
 
-Labels matched strictly (`prometheus.strict_labels`) change which series a query reads, not only
-which targets are reported: alerts that differ in one are never coalesced. A label some alert of
-the batch does not hold is left out of its scope (that alert asks about all of its values), and
-so is one with more than MAX_CHOICES values (every query would carry a regex of them all).
-Leaving a lenient label out, or widening it to several values, leaves each target's own answer
-as it was: lenient matchers only let series without the label join in. A fleet-level result
-(engine/fleet.py) is of the batch's scope, as an alert diagnosed alone has one of its own.
+Only the tree's target labels may vary within a batch: a target's own answer reads its own
+series, whichever other targets are in scope. Any other scope label narrows the series a target's
+answer is made of (`model_name` on a pod serving two models; a strict `prometheus.strict_labels`
+label on every series), so alerts that differ in one are never coalesced. A target label some
+alert of the batch does not hold is left out of its scope (that alert asks about all of its
+values), and so is one with more than MAX_CHOICES values (every query would carry a regex of
+them all): the batch then reads more targets, and each alert's part still takes only its own. A
+fleet-level result (engine/fleet.py) is of the batch's scope, as an alert diagnosed alone has one
+of its own.
 """
 
 from __future__ import annotations
@@ -27,11 +29,11 @@ from datetime import UTC, datetime, timedelta
 from diagnosd.daemon.alertmanager.payload import AlertJob
 from diagnosd.findings.model import Diagnosis
 
-# symptom, window start (None: not coalesced), strict scope labels, and the alert state itself
-# when coalescing is off (every job its own batch).
 # The most values of one label a batch's scope names; past it the label is left out.
 MAX_CHOICES = 256
 
+# symptom, window start (None: not coalesced), the scope labels its alerts agree on, and the
+# alert state itself when coalescing is off (every job its own batch).
 BatchKey = tuple[str, datetime | None, tuple[tuple[str, str], ...], tuple[str, str, str] | None]
 
 
@@ -41,12 +43,15 @@ def window_start(moment: datetime, window: timedelta) -> datetime:
     return epoch + ((moment - epoch) // window) * window
 
 
-def batch_key(job: AlertJob, window: timedelta, strict_labels: Sequence[str]) -> BatchKey:
-    """The batch a firing job joins: one per symptom, window and value of the strict labels."""
-    strict = tuple(sorted((name, value) for name, value in job.scope.items() if name in strict_labels))
+def batch_key(job: AlertJob, window: timedelta, strict_labels: Sequence[str], target_labels: Sequence[str]) -> BatchKey:
+    """The batch a firing job joins: one per symptom, window and value of the labels its alerts
+    must agree on: the strict labels, and the scope labels that are not the tree's target labels."""
+    agreed = tuple(
+        sorted((name, value) for name, value in job.scope.items() if name in strict_labels or name not in target_labels)
+    )
     if window <= timedelta(0):
-        return job.symptom, None, strict, job.key
-    return job.symptom, window_start(job.received_at, window), strict, None
+        return job.symptom, None, agreed, job.key
+    return job.symptom, window_start(job.received_at, window), agreed, None
 
 
 def covering_scope(scopes: Iterable[Mapping[str, str]]) -> dict[str, set[str]]:

@@ -198,7 +198,7 @@ class Inbox:
 
     def _jobs_needed(self, fresh: Sequence[AlertJob]) -> int:
         """How many jobs these states would add: joining a batch still open adds none."""
-        opened = {batch_key(job, self._window, self._strict) for job in fresh if not job.resolved}
+        opened = {self._batch_key(job) for job in fresh if not job.resolved}
         return sum(job.resolved for job in fresh) + len(opened - self._open.keys())
 
     def _admit(self, job: AlertJob) -> None:
@@ -207,7 +207,7 @@ class Inbox:
         if job.resolved:
             self._enqueue(_Priority.RESOLVE, Batch([job]), opened=False)
             return
-        key = batch_key(job, self._window, self._strict)
+        key = self._batch_key(job)
         batch = self._open.get(key)
         if batch is not None:
             batch.jobs.append(job)
@@ -218,6 +218,13 @@ class Inbox:
         self._idle.clear()
         asyncio.get_running_loop().call_later(self._delay(job), self._close, key)
         self._metrics.queue_length.set(self._waiting)
+
+    def _batch_key(self, job: AlertJob) -> BatchKey:
+        try:
+            target = self._diagnoser.tree(job.symptom).target
+        except DiagnosdError:
+            target = []  # no tree for it (any more): never coalesced, its diagnosis says why
+        return batch_key(job, self._window, self._strict, target)
 
     def _delay(self, job: AlertJob) -> float:
         """Until the job's window closes (at once when coalescing is off or the window is past)."""

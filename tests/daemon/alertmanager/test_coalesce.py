@@ -31,21 +31,30 @@ def test_the_window_is_aligned_on_the_epoch() -> None:
     assert window_start(AT, timedelta(minutes=1)) == datetime(2026, 11, 29, 14, 30, tzinfo=UTC)
 
 
-def test_one_batch_per_symptom_window_and_strict_labels() -> None:
-    same = {batch_key(job(pod), WINDOW, ()) for pod in ("vllm-0", "vllm-1", "vllm-2")}
+TARGET = ("namespace", "pod")
+
+
+def test_one_batch_per_symptom_window_and_label_that_is_not_a_target_label() -> None:
+    same = {batch_key(job(pod), WINDOW, (), TARGET) for pod in ("vllm-0", "vllm-1", "vllm-2")}
     assert len(same) == 1
-    assert batch_key(job("vllm-0", symptom="kv_hit_low"), WINDOW, ()) not in same
-    assert batch_key(job("vllm-0", at=AT + WINDOW), WINDOW, ()) not in same
-    # model_name is lenient: it does not split the batch; a strict label does.
-    assert batch_key(job("vllm-0", model_name="llama"), WINDOW, ()) in same
-    east = batch_key(job("vllm-0", cluster="east"), WINDOW, ("cluster",))
-    west = batch_key(job("vllm-1", cluster="west"), WINDOW, ("cluster",))
+    assert batch_key(job("vllm-0", symptom="kv_hit_low"), WINDOW, (), TARGET) not in same
+    assert batch_key(job("vllm-0", at=AT + WINDOW), WINDOW, (), TARGET) not in same
+    # model_name narrows a pod's own series (a pod serving two models): alerts on another model,
+    # or on none, are another batch; alerts on the same model one batch.
+    llama = {batch_key(job(pod, model_name="llama"), WINDOW, (), TARGET) for pod in ("vllm-0", "vllm-1")}
+    assert len(llama) == 1
+    assert llama.isdisjoint(same)
+    assert batch_key(job("vllm-0", model_name="mistral"), WINDOW, (), TARGET) not in llama
+    east = batch_key(job("vllm-0", cluster="east"), WINDOW, ("cluster",), TARGET)
+    west = batch_key(job("vllm-1", cluster="west"), WINDOW, ("cluster",), TARGET)
     assert east != west
-    assert east == batch_key(job("vllm-2", cluster="east"), WINDOW, ("cluster",))
+    assert east == batch_key(job("vllm-2", cluster="east"), WINDOW, ("cluster",), TARGET)
+    # A strict label splits batches even where it is a target label.
+    assert batch_key(job("vllm-0"), WINDOW, ("pod",), TARGET) != batch_key(job("vllm-1"), WINDOW, ("pod",), TARGET)
 
 
 def test_a_zero_window_gives_each_alert_state_its_own_batch() -> None:
-    keys = {batch_key(job(pod), timedelta(0), ()) for pod in ("vllm-0", "vllm-1")}
+    keys = {batch_key(job(pod), timedelta(0), (), TARGET) for pod in ("vllm-0", "vllm-1")}
     assert len(keys) == 2
 
 

@@ -47,7 +47,7 @@ class CountingDiagnoser:
     calls: list[tuple[str, Scope, datetime]] = field(default_factory=list)
 
     def tree(self, symptom: str) -> Any:
-        return SimpleNamespace(id=symptom)
+        return SimpleNamespace(id=symptom, target=["namespace", "pod"])
 
     async def diagnose(self, tree: Any, scope: Scope, at: datetime | None, trigger: Any) -> Looked:
         assert at is not None
@@ -57,9 +57,9 @@ class CountingDiagnoser:
         if self.fail:
             raise SourceUnavailable("connection refused", url="http://127.0.0.1:9")
         targets = [(holding if n % 2 == 0 else clear)(f"vllm-{n}") for n in range(40)]
-        wanted = scope.as_dict()
-        inside = [t for t in targets if all(t.labels.get(k, v) == v for k, v in wanted.items())]
-        return Looked(diagnosis(*inside, symptom=tree.id, scope=wanted))
+        wanted = dict(scope.values())
+        inside = [t for t in targets if all(t.labels.get(k, v[0]) in v for k, v in wanted.items())]
+        return Looked(diagnosis(*inside, symptom=tree.id, scope=scope.as_dict()))
 
 
 @dataclass
@@ -125,6 +125,11 @@ async def test_a_storm_of_two_symptoms_costs_two_evaluations(rig: Rig) -> None:
     assert sorted((symptom, scope.as_dict()) for symptom, scope, _ in rig.diagnoser.calls) == [
         ("kv_hit_low", {"model_name": "llama", "namespace": "prod"}),
         ("queue_backlog", {"model_name": "llama", "namespace": "prod"}),
+    ]
+    # Each evaluation is scoped to its alerts' pods, not to the namespace they share.
+    assert sorted((symptom, scope.choices) for symptom, scope, _ in rig.diagnoser.calls) == [
+        ("kv_hit_low", (("pod", tuple(sorted(f"vllm-{n}" for n in range(10)))),)),
+        ("queue_backlog", (("pod", tuple(sorted(f"vllm-{n}" for n in range(30)))),)),
     ]
     assert outcomes(rig.store, storm) == {Delivery.DONE}
     # Each alert links the finding on its own pod, and only there.
