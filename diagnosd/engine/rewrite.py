@@ -100,6 +100,8 @@ def fill(template_: str, matchers: Sequence[ScopeMatcher]) -> str:
     """A template with each scope placeholder replaced by its matcher's values, quoted for PromQL.
 
     One pass: a value that reads like a placeholder is never replaced in turn."""
+    if not matchers:
+        return template_
     literals = [_literal(matcher) for matcher in matchers]
     return PLACEHOLDER.sub(lambda found: literals[int(found.group(1))], template_)
 
