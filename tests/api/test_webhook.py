@@ -284,17 +284,24 @@ async def test_a_backlog_over_its_bound_answers_503_so_alertmanager_retries(flee
     async with daemon(build(config)) as (client, services):
         await services.inbox.stop()
         first = await client.post(HOOK, json=sample("webhook-example.json"))  # two alerts, one batch: one job
-        joining = await client.post(HOOK, json=sample("webhook-received.json"))  # joins the open batch
+        other_model = sample("webhook-received.json")
+        other_model["alerts"][0]["fingerprint"] = "0123456789abcdef"  # another alert than the joining one
+        same_model = sample("webhook-received.json")
+        model = sample("webhook-example.json")["alerts"][0]["labels"]["model_name"]
+        same_model["alerts"][0]["labels"]["model_name"] = model
+        joining = await client.post(HOOK, json=same_model)  # another pod of that model: joins the open batch
+        apart = await client.post(HOOK, json=other_model)  # another model is a batch, a job, of its own
         response = await client.post(HOOK, json=sample("webhook-example-resolved.json"))  # two more jobs
         resent = await client.post(HOOK, json=sample("webhook-example.json"))
         queued = {r.key[1] for r in services.memory.alerts_by_outcome("queued")}
     assert (first.status_code, first.json()["queued"]) == (202, 2)
     assert (joining.status_code, joining.json()["queued"]) == (202, 1)
+    assert apart.status_code == 503
     assert response.status_code == 503
     assert response.headers["retry-after"] == "5"
     assert response.json()["error"] == "queue_full"
     assert queued == {"firing"}  # the refused resolutions were not recorded: Alertmanager brings them again
-    assert deliveries(services, "queue_full") == 1
+    assert deliveries(services, "queue_full") == 2
     assert (resent.status_code, resent.json()["duplicates"]) == (202, 2)  # re-sends are never refused
 
 
