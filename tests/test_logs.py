@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import logging
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -186,7 +187,8 @@ def test_written_behind_a_flood_is_still_one_line_and_a_count() -> None:
             logging.getLogger("diagnosd.test.behind").warning("delivery %d refused: queue full", n)
     first, summary = stream.getvalue().splitlines()
     assert first.endswith("delivery 0 refused: queue full")
-    assert summary.endswith("delivery 19 refused: queue full (repeated 19 times in the last 0.00s)")
+    # The span is wall-clock time: whatever a loaded machine makes it, the count is what holds.
+    assert re.search(r"delivery 19 refused: queue full \(repeated 19 times in the last \d+\.\d\ds\)$", summary)
 
 
 def test_a_traceback_is_written_behind_whole() -> None:
