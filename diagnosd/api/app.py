@@ -64,7 +64,9 @@ def create_app(runtime: Runtime) -> FastAPI:
     app.state.credentials = credentials
     _docs(app)
     errors.install(app)
-    for module in (diagnose, triage, symptoms, findings, webhook, health, metrics):
+    # The webhook first: a storm is the one load on the daemon's routes, and each route tried before
+    # the one that takes a request costs it a match.
+    for module in (webhook, diagnose, triage, symptoms, findings, health, metrics):
         app.include_router(module.router)
     _describe_security(app, credentials)
     app.add_middleware(BodyLimit, max_bytes=runtime.settings.webhook.max_body_bytes, on_reject=_count_too_large)

@@ -65,13 +65,6 @@ async def require_api(
     creds.check_api(authorization)
 
 
-async def require_webhook(
-    creds: Annotated[Credentials, Depends(credentials)],
-    authorization: Annotated[str | None, Header(include_in_schema=False)] = None,
-) -> None:
-    creds.check_webhook(authorization)
-
-
 def tree(symptom: Annotated[str, Path(description="a symptom id, e.g. queue_backlog")], svc: ServicesDep) -> Tree:
     return svc.diagnoser.tree(symptom)
 

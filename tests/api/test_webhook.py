@@ -15,7 +15,11 @@ from typing import Any
 
 import httpx
 import pytest
+from fastapi import APIRouter, Depends
 
+from diagnosd.api.deps import ServicesDep
+from diagnosd.api.routes.webhook import IntakeRoute, receive
+from diagnosd.api.schemas import Payload, ReceiptOut
 from diagnosd.daemon.compose import Runtime, Services
 from tests.fakes.prometheus import in_front_of
 from tests.serving import HOOK_TOKEN, TOKEN, build, counted, sample, serve, settings
@@ -358,6 +362,35 @@ async def test_webhook_auth(fleet_url: str, tmp_path: Path, authorization: str |
         assert TOKEN not in response.text
         assert deliveries(services, "unauthorized") == 1
         assert diagnoses(services) == 0
+
+
+async def test_credentials_are_checked_before_the_body_is_read(fleet_url: str, tmp_path: Path) -> None:
+    # A caller without credentials learns nothing about what the webhook takes, malformed or not.
+    auth = {"webhook_tokens": [HOOK_TOKEN]}
+    async with daemon(build(settings(fleet_url, tmp_path, auth=auth))) as (client, services):
+        unread = await client.post(HOOK, content=b"{not json", headers={"Content-Type": "application/json"})
+        wrong = await client.post(HOOK, content=b"[]", headers={"Content-Type": "text/plain"})
+    assert (unread.status_code, wrong.status_code) == (401, 401)
+    assert unread.json()["error"] == "unauthorized"
+    assert deliveries(services, "unauthorized") == 2
+    assert deliveries(services, "malformed") == 0
+
+
+def test_the_webhook_route_refuses_an_endpoint_it_would_not_call_rightly() -> None:
+    # The route passes its endpoint the payload and the services only: a dependency declared on
+    # the endpoint would be described by the schema and never run.
+    router = APIRouter(route_class=IntakeRoute)
+
+    async def with_a_query(payload: Payload, svc: ServicesDep, verbose: bool = False) -> ReceiptOut:
+        raise AssertionError("never called")
+
+    async def with_a_dependency(payload: Payload, svc: ServicesDep, _: None = Depends(lambda: None)) -> ReceiptOut:
+        raise AssertionError("never called")
+
+    for endpoint in (with_a_query, with_a_dependency):
+        with pytest.raises(TypeError, match="may take only"):
+            router.add_api_route(HOOK, endpoint, methods=["POST"])
+    router.add_api_route(HOOK, receive, methods=["POST"])  # the one it serves
 
 
 async def test_queued_alerts_survive_a_restart_and_are_diagnosed_after_it(fleet_url: str, tmp_path: Path) -> None:

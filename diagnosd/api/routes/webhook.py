@@ -10,12 +10,13 @@ from collections.abc import Callable, Coroutine
 from enum import StrEnum
 from typing import Any
 
-from fastapi import APIRouter, Depends, Request, Response
+from fastapi import APIRouter, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException
 
-from diagnosd.api.deps import ServicesDep, require_webhook
+from diagnosd.api import body
+from diagnosd.api.deps import ServicesDep
 from diagnosd.api.schemas import ErrorOut, Payload, ReceiptOut, SkippedOut
 from diagnosd.daemon.alertmanager import payload as alerts
 from diagnosd.daemon.alertmanager.inbox import Offer
@@ -41,21 +42,38 @@ class Taken(StrEnum):
     DUPLICATE = "duplicate"
 
 
-class CountedRoute(APIRoute):
-    """Counts every delivery by outcome, refused ones included (they never reach the handler)."""
+class IntakeRoute(APIRoute):
+    """The webhook's route, served without FastAPI's per-request dependency solving and body
+    decoding: a storm is thousands of deliveries a second, and those two were most of each one's
+    CPU (docs/benchmarks.md). The handler checks the webhook's credentials before it reads the
+    body, has pydantic-core parse the bytes straight into `Payload` (api/body.py, which fails as
+    FastAPI does), calls the endpoint with the live services and writes its receipt. It counts every
+    delivery by outcome, refused ones included. FastAPI still describes the route from the
+    endpoint's signature, which therefore may take only what this handler passes it."""
+
+    def __init__(self, path: str, endpoint: Callable[..., Any], **kwargs: Any) -> None:
+        super().__init__(path, endpoint, **kwargs)
+        taken = {param.name for param in self.dependant.body_params} | {
+            dependency.name for dependency in self.dependant.dependencies
+        }
+        if taken != {"payload", "svc"} or self.dependant.query_params or self.dependant.header_params:
+            raise TypeError(f"{path}: the endpoint may take only (payload: Payload, svc: ServicesDep)")
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
-        handler = super().get_route_handler()
+        endpoint, status = self.endpoint, self.status_code or 202
 
-        async def counted(request: Request) -> Response:
+        async def handle(request: Request) -> Response:
+            state = request.app.state
             outcome: Refused | None = None
             try:
-                return await handler(request)
+                state.credentials.check_webhook(request.headers.get("authorization"))
+                payload = await body.read(request, Payload)
+                receipt: ReceiptOut = await endpoint(payload=payload, svc=state.services)
             except (RequestValidationError, RequestError):
                 outcome = Refused.MALFORMED
                 raise
             except HTTPException as error:
-                # A body FastAPI cannot decode at all (not UTF-8, nested too deeply) is a 400 here.
+                # A body that cannot be decoded at all (not UTF-8, nested too deeply) is a 400 here.
                 outcome = Refused.MALFORMED if error.status_code == 400 else None
                 raise
             except Unauthorized:
@@ -66,12 +84,13 @@ class CountedRoute(APIRoute):
                 raise
             finally:
                 if outcome is not None:
-                    request.app.state.services.metrics.deliveries.labels(outcome).inc()
+                    state.services.metrics.deliveries.labels(outcome).inc()
+            return Response(receipt.model_dump_json(), status_code=status, media_type="application/json")
 
-        return counted
+        return handle
 
 
-router = APIRouter(tags=["webhook"], route_class=CountedRoute)
+router = APIRouter(tags=["webhook"], route_class=IntakeRoute)
 
 
 @router.post(
@@ -79,7 +98,6 @@ router = APIRouter(tags=["webhook"], route_class=CountedRoute)
     operation_id="receiveAlertmanagerWebhook",
     summary="Alertmanager webhook (payload version 4): queue each new alert state for diagnosis",
     status_code=202,
-    dependencies=[Depends(require_webhook)],
     responses={
         400: {"model": ErrorOut},
         401: {"model": ErrorOut},
@@ -89,6 +107,8 @@ router = APIRouter(tags=["webhook"], route_class=CountedRoute)
     },
 )
 async def receive(payload: Payload, svc: ServicesDep) -> ReceiptOut:
+    """Takes the delivery's new alert states (IntakeRoute has checked the credentials and read the
+    body). A coroutine that awaits nothing: the inbox records the states and queues the jobs."""
     alerts.check_version(payload)
     hook = svc.runtime.settings.webhook
     trees = svc.diagnoser.ruleset.trees
