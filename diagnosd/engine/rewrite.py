@@ -61,8 +61,10 @@ NORM = "__diagnosd_norm__"
 
 # A scope matcher's placeholder in a template, as printed (quoted) by the parser.
 PLACEHOLDER = re.compile(r'"__diagnosd_scope_(\d+)__"')
-# What a template depends on of a scope matcher: its label, whether it is strict, and whether it
-# names several values (matched as a regex); never the values themselves.
+# What a template depends on of a scope matcher: its label, whether it is strict, and whether a
+# strict one names several values (`=~`, not `=`); never the values themselves. A lenient matcher
+# is a regex however many values it names (it also lets through series without the label), so one
+# template serves one alert's pod and a coalesced batch's pods.
 Shape = tuple[str, bool, bool]
 
 
@@ -79,7 +81,7 @@ class ScopeMatcher:
 
     @property
     def shape(self) -> Shape:
-        return self.label, self.strict, len(self.values) > 1
+        return self.label, self.strict, self.strict and len(self.values) > 1
 
 
 def rewrite(
@@ -316,8 +318,8 @@ def _union(node: pp.VectorSelector, spellings: Sequence[str]) -> pp.Expr:
 
 
 def strict_matcher(matcher: ScopeMatcher) -> str:
-    """`label="value"` (several values: `label=~"a|b"`), quoted for PromQL."""
-    return f"{matcher.label}{'=~' if matcher.shape[2] else '='}{_literal(matcher)}"
+    """`label="value"` (several values: `label=~"a|b"`), quoted for PromQL (a strict matcher's)."""
+    return f"{matcher.label}{'=~' if len(matcher.values) > 1 else '='}{_literal(matcher)}"
 
 
 def _literal(matcher: ScopeMatcher) -> str:

@@ -120,7 +120,13 @@ def test_a_cached_template_is_filled_with_each_scopes_own_values() -> None:
         assert got == rewrite(text, {}, matchers, TARGET)
         for other in {"vllm-1", "vllm-2", "vllm-3", "vllm-7"} - set(pods):
             assert other not in got
-    assert _resolved.cache_info().misses == 2  # one template for one value, one for several
+    # Lenient matchers are regexes however many values they name: one template for one pod and several.
+    assert _resolved.cache_info().misses == 1
+    strict = Evaluator(None, strict_labels=["pod"])  # type: ignore[arg-type]
+    for pods in (["vllm-1", "vllm-7"], ["vllm-2"], ["vllm-3"]):
+        matchers = [ScopeMatcher("pod", tuple(pods), True)]
+        assert strict._resolve(text, {}, matchers, TARGET).query == rewrite(text, {}, matchers, TARGET)
+    assert _resolved.cache_info().misses == 3  # strict: `=` for one value, `=~` for several
 
 
 @pytest.mark.parametrize("several", [False, True])
