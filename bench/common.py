@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Awaitable, Callable, Collection, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
 from datetime import datetime
 from pathlib import Path
 
+from prometheus_client import CollectorRegistry
+
+from diagnosd.daemon import compose
 from diagnosd.daemon.settings import Settings
 from diagnosd.errors import SourceError
 from diagnosd.sources.base import QuerySource, Sample
@@ -16,16 +19,31 @@ from diagnosd.sources.metered import MeteredSource
 
 
 def settings(url: str, store: Path) -> Settings:
-    """The daemon's settings a fleet is measured with: that Prometheus (no retry, a long timeout:
-    a slow answer is measured, not cut), a store of its own, no rounds of its own, findings at once."""
+    """The daemon's settings a fleet is measured with: that Prometheus (no retry, a long timeout
+    and diagnosis deadline: a slow answer is measured, not cut), a store of its own, no rounds of
+    its own, findings at once."""
     return Settings.model_validate(
         {
-            "prometheus": {"url": url, "timeout": "120s", "retries": 0},
+            "prometheus": {"url": url, "timeout": "120s", "diagnosis_deadline": "600s", "retries": 0},
             "store": {"path": str(store)},
             "scheduler": {"enabled": False},
             "findings": {"for": "0s"},
         }
     )
+
+
+def counted_runtime(
+    url: str, store: Path, counter: QueryCounter, at: datetime, registry: CollectorRegistry
+) -> compose.Runtime:
+    """The daemon's composition for a fleet measured at `at`, its source under `counter`."""
+    measured = settings(url, store)
+
+    @contextlib.asynccontextmanager
+    async def counted() -> AsyncIterator[QuerySource]:
+        async with compose.prometheus_source(measured.prometheus.config()) as source:
+            yield counter.wrap(source)
+
+    return compose.build(measured, registry=registry, clock=lambda: at, source=counted)
 
 
 class QueryCounter:

@@ -34,15 +34,14 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from multiprocessing.context import SpawnContext
 from pathlib import Path
 
 import httpx
-from common import QueryCounter, Recorder, settings  # bench/: run as `python bench/NAME.py`
+from common import QueryCounter, Recorder, counted_runtime  # bench/: run as `python bench/NAME.py`
 from fleet import ANCHOR, save, simulate, write
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
@@ -52,7 +51,6 @@ from diagnosd.daemon.diagnoser import Diagnoser
 from diagnosd.engine import Scope
 from diagnosd.findings.lifecycle import Trigger
 from diagnosd.promlocal import LocalPrometheus, backfill
-from diagnosd.sources import QuerySource
 from diagnosd.trees import Tree
 
 # promtool's block length under backfill's 72 h cap: its largest range that fits, 2 h x 3^3.
@@ -141,15 +139,8 @@ def _measure(url: str, here: Path, pods: int, series: int, repeats: int) -> Row:
 
 async def _measured(url: str, here: Path, pods: int, series: int, repeats: int) -> Row:
     counter = QueryCounter()
-    measured = settings(url, here / "findings.db")
-
-    @asynccontextmanager
-    async def counted() -> AsyncIterator[QuerySource]:
-        async with compose.prometheus_source(measured.prometheus.config()) as source:
-            yield counter.wrap(source)
-
     registry = CollectorRegistry()
-    runtime = compose.build(measured, registry=registry, clock=lambda: ANCHOR, source=counted)
+    runtime = counted_runtime(url, here / "findings.db", counter, ANCHOR, registry)
     async with compose.open_services(runtime) as services:
         await services.scheduler.run_round()  # warm Prometheus' caches and the store
         rounds, asked, sent = [], 0, 0

@@ -3,7 +3,7 @@ for a coalesced batch of alerts, labels that may take any of several values (the
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from diagnosd.errors import ScopeError
@@ -11,6 +11,9 @@ from diagnosd.trees.model import LABEL_NAME
 
 # No label value of a real series is this long; a longer one is an attack or a mistake.
 MAX_VALUE = 1024
+# The most values of one label a scope of choices names (every query carries a regex of them all);
+# past it the label is left out, and the scope reads more targets.
+MAX_CHOICES = 256
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,25 @@ class Scope:
     def as_dict(self) -> dict[str, str]:
         """The labels with one value (what every target in scope shares)."""
         return dict(self.pairs)
+
+    def narrowed(self, targets: Sequence[Mapping[str, str]]) -> Scope:
+        """This scope narrowed to `targets` (each a target's labels): each label every one of them
+        carries takes the values they carry it with (covering); the scope's other labels stay."""
+        wanted: dict[str, Collection[str]] = dict(self.values())
+        carried = [{name: value for name, value in target.items() if value} for target in targets]
+        return Scope.among(wanted | covering(carried))
+
+
+def covering(label_sets: Iterable[Mapping[str, str]]) -> dict[str, set[str]]:
+    """Each label every set holds, with the values they hold it with; a label with more than
+    MAX_CHOICES values is left out."""
+    covered: dict[str, set[str]] | None = None
+    for labels in label_sets:
+        if covered is None:
+            covered = {name: {value} for name, value in labels.items()}
+        else:
+            covered = {name: {*values, labels[name]} for name, values in covered.items() if name in labels}
+    return {name: values for name, values in (covered or {}).items() if len(values) <= MAX_CHOICES}
 
 
 def _check(name: str, value: str) -> None:

@@ -2,10 +2,14 @@
 
 One pass evaluates each tree's detect (and its baseline) as one vector over every target in scope;
 then, only for the symptoms present on some target, the full tree is walked (vectorized, one query
-per check) and the present targets' results are kept. The walk's queries stay one vector over the
-scope rather than matchers narrowed to the present targets: some checks compare a target with its
-peers or join other series in, and narrowing would cut those off. Either way the number of queries
-depends on the trees, never on the number of targets.
+per check) over those targets alone: the scope narrowed to the present targets' values of the
+tree's target labels (a regex of them, as a coalesced batch of alerts is scoped), so that on a
+fleet of 1000 pods with one in trouble the walk reads that pod, not the 1000. A target's walk is
+the same narrowed or not: the rewrite narrows only the series that identify the target, never the
+`@unscoped` parts a check compares it with (its peers, its model group) nor the node, workload or
+autoscaler series it joins in (tests/engine/test_choices_real_prometheus.py holds every tree to
+it). Past MAX_CHOICES present values of a label, that label is not narrowed. Either way the number
+of queries depends on the trees, never on the number of targets.
 
 A symptom is present (some target matched), clear (every target seen was ruled out), or not looked
 at, with why: exporter absent, metric absent, no data, no baseline yet, query error, timeout,
@@ -24,7 +28,7 @@ from datetime import UTC, datetime
 from diagnosd.engine import params as P
 from diagnosd.engine.evaluator import Looking
 from diagnosd.engine.scope import Scope
-from diagnosd.errors import QueryRejected, SourceError, SourceTimeout, SourceUnavailable
+from diagnosd.errors import QueryRejected, ScopeError, SourceError, SourceTimeout, SourceUnavailable
 from diagnosd.findings import triage as T
 from diagnosd.findings.model import Diagnosis, Reason, TargetDiagnosis
 from diagnosd.sources.base import QuerySource, Sample, declared_types
@@ -168,7 +172,7 @@ async def _look(
     full: Diagnosis | None = None
     try:
         walk = looking.evaluator(walker)
-        full = await walk.diagnose(tree, scope, at, overrides)
+        full = await walk.diagnose(tree, _walked_scope(scope, matched, looking.strict_labels), at, overrides)
     except SourceError as error:
         look.walk_failed = error
     else:
@@ -179,6 +183,17 @@ async def _look(
     walked = {_key(tree, t.labels): t for t in full.targets} if full else {}
     look.hits = tuple(sorted((_hit(t, walked.get(_key(tree, t.labels))) for t in matched), key=_hit_order))
     return look
+
+
+def _walked_scope(scope: Scope, matched: Sequence[TargetDiagnosis], strict: Collection[str] = ()) -> Scope:
+    """The scope narrowed to the present targets; as it was where a target's label value cannot
+    be a scope's (longer than any real one, not unicode), so that the walk still runs. A strict
+    label is never narrowed: its matcher goes on every series, the peers and joins a check reads
+    beside the target too, which would then be cut to the present targets' values."""
+    try:
+        return scope.narrowed([{k: v for k, v in t.labels.items() if k not in strict} for t in matched])
+    except ScopeError:
+        return scope
 
 
 def _detect_only(tree: Tree) -> Tree:

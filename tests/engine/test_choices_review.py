@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from diagnosd.daemon.alertmanager.coalesce import MAX_CHOICES, BatchKey, batch_key, covering_scope, part
+from diagnosd.daemon.alertmanager.coalesce import BatchKey, batch_key, part
 from diagnosd.daemon.alertmanager.payload import AlertJob
 from diagnosd.engine.evaluator import Evaluator, _resolved
 from diagnosd.engine.rewrite import ScopeMatcher, fill, rewrite, strict_matcher, template
-from diagnosd.engine.scope import Scope
+from diagnosd.engine.scope import MAX_CHOICES, Scope, covering
 from diagnosd.promlocal.openmetrics import Series
 from tests.findings.builders import clear, diagnosis
 
@@ -170,7 +170,7 @@ def test_a_pod_serving_two_models_is_judged_in_its_batch_as_alone(start_promethe
     assert sorted(len(b) for b in batches.values()) == [1, 2]
     query = "sum by (namespace, pod) (vllm:num_requests_running)"
     for members in batches.values():
-        batch = by_pod(prom.url, rewrite(query, {}, matchers_of(Scope.among(covering_scope(members))), TARGET))
+        batch = by_pod(prom.url, rewrite(query, {}, matchers_of(Scope.among(covering(members))), TARGET))
         for alert in members:
             alone = by_pod(prom.url, rewrite(query, {}, matchers_of(Scope.of(alert)), TARGET))
             assert batch[alert["pod"]] == alone[alert["pod"]], alert
@@ -181,9 +181,9 @@ def test_a_pod_serving_two_models_is_judged_in_its_batch_as_alone(start_promethe
 
 def test_over_the_cap_each_alert_still_takes_only_its_own_target() -> None:
     scopes = [{"namespace": "prod", "pod": f"vllm-{n}"} for n in range(MAX_CHOICES + 1)]
-    covering = covering_scope(scopes)
-    assert covering == {"namespace": {"prod"}}
-    scope = Scope.among(covering)
+    covered = covering(scopes)
+    assert covered == {"namespace": {"prod"}}
+    scope = Scope.among(covered)
     assert scope.values() == [("namespace", ("prod",))]
     wide = diagnosis(*(clear(f"vllm-{n}") for n in range(MAX_CHOICES + 5)))
     for alert in scopes[:3]:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from diagnosd.engine import Scope
+from diagnosd.engine import Looking, Scope
 from diagnosd.engine.triage import triage
 from diagnosd.errors import QueryRejected, SourceUnavailable
 from diagnosd.findings import triage as T
@@ -256,3 +256,40 @@ async def test_a_compound_detect_is_triaged_by_all_its_conditions() -> None:
     assert evidence is not None
     assert [c.check for c in evidence.conditions] == ["detect/idle", "detect/slow"]
     assert evidence.value == 30  # the first condition's number, not a sum of both
+
+
+async def test_the_walk_reads_only_the_present_targets() -> None:
+    source = fleet(100)
+    result = await board(source)
+    backlog = next(p for p in result.present if p.symptom == "backlog")
+    assert [h.labels["pod"] for h in backlog.hits] == ["vllm-1", "vllm-0"]
+    assert [h.cause.cause if h.cause else None for h in backlog.hits] == ["kv_full", None]
+    [detect, *walked] = [q for q, _ in source.queries if "waiting_gauge" in q or "kv_used_gauge" in q]
+    assert 'pod=~"' not in detect  # the detect reads every pod
+    assert walked
+    assert all('pod=~"vllm-0|vllm-1|"' in q for q in walked)
+
+
+async def test_a_present_target_no_scope_can_name_is_walked_over_the_whole_scope() -> None:
+    # A label value longer than any scope may carry (a hostile exporter) cannot narrow the walk:
+    # the walk still runs, over every target, and the target still gets its cause.
+    long_pod = "p" * 2000
+    source = fleet(3)
+    source.answers["waiting_gauge"] = samples({**pods(3, 1.0), long_pod: 30.0})
+    source.answers["kv_used_gauge"] = samples({**pods(3, 0.5), long_pod: 0.97})
+    result = await board(source)
+    backlog = next(p for p in result.present if p.symptom == "backlog")
+    assert [(h.labels["pod"], h.cause.cause if h.cause else None) for h in backlog.hits] == [(long_pod, "kv_full")]
+    walked = [q for q, _ in source.queries if "kv_used_gauge" in q]
+    assert walked
+    assert all('pod=~"' not in q for q in walked)
+
+
+async def test_a_strict_label_is_never_narrowed() -> None:
+    # A strict matcher goes on every series (the peers and joins beside the target too): narrowing
+    # it to the present targets would cut those off.
+    source = fleet(10)
+    await board(source, looking=Looking(strict_labels=frozenset({"pod"})))
+    walked = [q for q, _ in source.queries if "kv_used_gauge" in q]
+    assert walked
+    assert all('pod=~"' not in q for q in walked)

@@ -14,7 +14,7 @@ series, whichever other targets are in scope. Any other scope label narrows the 
 answer is made of (`model_name` on a pod serving two models; a strict `prometheus.strict_labels`
 label on every series), so alerts that differ in one are never coalesced. A target label some
 alert of the batch does not hold is left out of its scope (that alert asks about all of its
-values), and so is one with more than MAX_CHOICES values (every query would carry a regex of
+values), and so is one with more than engine.scope.MAX_CHOICES values (every query would carry a regex of
 them all): the batch then reads more targets, and each alert's part still takes only its own. A
 fleet-level result (engine/fleet.py) is of the batch's scope, as an alert diagnosed alone has one
 of its own.
@@ -22,15 +22,12 @@ of its own.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from diagnosd.daemon.alertmanager.payload import AlertJob
 from diagnosd.findings.model import Diagnosis
-
-# The most values of one label a batch's scope names; past it the label is left out.
-MAX_CHOICES = 256
 
 # symptom, window start (None: not coalesced), the scope labels its alerts agree on, and the
 # alert state itself when coalescing is off (every job its own batch).
@@ -52,17 +49,6 @@ def batch_key(job: AlertJob, window: timedelta, strict_labels: Sequence[str], ta
     if window <= timedelta(0):
         return job.symptom, None, agreed, job.key
     return job.symptom, window_start(job.received_at, window), agreed, None
-
-
-def covering_scope(scopes: Iterable[Mapping[str, str]]) -> dict[str, set[str]]:
-    """Each label every scope holds, with the values they hold it with (at most MAX_CHOICES)."""
-    covering: dict[str, set[str]] | None = None
-    for scope in scopes:
-        if covering is None:
-            covering = {name: {value} for name, value in scope.items()}
-        else:
-            covering = {name: {*values, scope[name]} for name, values in covering.items() if name in scope}
-    return {name: values for name, values in (covering or {}).items() if len(values) <= MAX_CHOICES}
 
 
 def part(diagnosis: Diagnosis, scope: Mapping[str, str]) -> Diagnosis:

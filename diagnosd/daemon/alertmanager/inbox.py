@@ -31,12 +31,13 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import IntEnum, StrEnum
 
-from diagnosd.daemon.alertmanager.coalesce import BatchKey, batch_key, covering_scope, part, window_start
+from diagnosd.daemon.alertmanager.coalesce import BatchKey, batch_key, part, window_start
 from diagnosd.daemon.alertmanager.memory import AlertRecord, BatchClaim, DeliveryMemory, Lease
 from diagnosd.daemon.alertmanager.payload import AlertJob
 from diagnosd.daemon.alertmanager.settled import Settled
 from diagnosd.daemon.diagnoser import Diagnoser
 from diagnosd.engine import Scope
+from diagnosd.engine.scope import covering
 from diagnosd.errors import DiagnosdError, QueryRejected, QueueFull, SourceError, StoreError
 from diagnosd.findings.lifecycle import Trigger
 from diagnosd.findings.model import Diagnosis
@@ -379,7 +380,7 @@ class Inbox:
         symptom = jobs[0].symptom
         try:
             tree = self._diagnoser.tree(symptom)
-            scope = Scope.among(covering_scope(job.scope for job in jobs))
+            scope = Scope.among(covering(job.scope for job in jobs))
             looked = await self._diagnoser.diagnose(tree, scope, Batch(jobs).at, Trigger.ALERT)
         except QueryRejected as error:
             log.warning(

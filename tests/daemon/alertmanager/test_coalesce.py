@@ -1,10 +1,11 @@
-"""Coalescing units: which batch an alert joins, the scope that covers a batch, and each alert's part."""
+"""Coalescing units: which batch an alert joins, and each alert's part (the scope covering a batch:
+tests/engine/test_scope.py)."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from diagnosd.daemon.alertmanager.coalesce import MAX_CHOICES, batch_key, covering_scope, part, window_start
+from diagnosd.daemon.alertmanager.coalesce import batch_key, part, window_start
 from diagnosd.daemon.alertmanager.payload import AlertJob
 from diagnosd.findings.model import Verdict
 from tests.findings.builders import clear, diagnosis, fleetwide, holding
@@ -56,24 +57,6 @@ def test_one_batch_per_symptom_window_and_label_that_is_not_a_target_label() -> 
 def test_a_zero_window_gives_each_alert_state_its_own_batch() -> None:
     keys = {batch_key(job(pod), timedelta(0), (), TARGET) for pod in ("vllm-0", "vllm-1")}
     assert len(keys) == 2
-
-
-def test_the_covering_scope_keeps_the_labels_every_alert_holds_with_all_their_values() -> None:
-    scopes = [
-        {"namespace": "prod", "pod": "vllm-0", "model_name": "llama"},
-        {"namespace": "prod", "pod": "vllm-1", "model_name": "llama"},
-        {"namespace": "prod", "pod": "vllm-2"},
-    ]
-    assert covering_scope(scopes) == {"namespace": {"prod"}, "pod": {"vllm-0", "vllm-1", "vllm-2"}}
-    assert covering_scope(scopes[:2]) == {"namespace": {"prod"}, "pod": {"vllm-0", "vllm-1"}, "model_name": {"llama"}}
-    assert covering_scope(scopes[:1]) == {name: {value} for name, value in scopes[0].items()}
-    assert covering_scope([]) == {}
-
-
-def test_a_label_with_more_values_than_the_bound_is_left_out() -> None:
-    scopes = [{"namespace": "prod", "pod": f"vllm-{n}"} for n in range(MAX_CHOICES + 1)]
-    assert covering_scope(scopes) == {"namespace": {"prod"}}
-    assert len(covering_scope(scopes[:MAX_CHOICES])["pod"]) == MAX_CHOICES
 
 
 def test_each_alert_takes_the_targets_its_scope_names() -> None:
