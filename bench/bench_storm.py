@@ -4,25 +4,26 @@ Run: python bench/bench_storm.py [--pods 1000] [--alerts 1000] [--deliveries 100
 (needs prometheus and promtool on PATH)
 
 A real Prometheus holds a simulated fleet (bench_triage.fleet); the daemon (uvicorn on a loopback
-port, the shipped trees, a fresh store each run) takes the storm from a load generator in a
-separate process: `--deliveries` Alertmanager v4 deliveries, one alert each, where every tenth
-brings one of `--alerts` distinct firing alerts (spread over every symptom) and the rest re-send
-one already sent (HA twins, repeat_interval). The daemon logs as `diagnosd serve` does, its
-access log a line per delivery, into a file. Printed for a bare ASGI app (the floor), the webhook
-route alone (no worker) with its log lines written behind and written inline on the event loop's
-thread, and `coalesce_window` 0s (each alert diagnosed on its own) and the default, the default
-once more with Prometheus' threads at nice 19 (its CPU no longer taken from the daemon's: as if it
-answered from a machine of its own, as in production), medians over the repeats: deliveries/s,
-ack p50 / p99,
-deliveries refused (503), evaluations run, and the time from the last delivery until every
-accepted alert is diagnosed. Then the cost of recording a delivery's new states: one transaction
-per delivery against one per alert; and of recording a coalesced batch's alerts once its
-evaluation is done (each alert's resolution looked up, its part of the diagnosis written with its
-finding link, its state marked done under its claim): one transaction per alert against one for
-the batch. `--records-only` runs these two tables alone (no Prometheus needed); `--postgres URL`
-adds the batch table on that PostgreSQL (an empty database or schema of its own). `--stalls`
-samples, while each diagnosing mode runs, where the daemon's event loop stalled over 20 ms
-(bench/stalls.py) and prints the calls that held it, most samples first.
+port, the shipped trees, a fresh store each run) takes the storm from a load generator in a separate
+process: `--deliveries` Alertmanager v4 deliveries, one alert each, where every tenth brings one of
+`--alerts` distinct firing alerts (spread over every symptom) and the rest re-send one already sent
+(HA twins, repeat_interval). The daemon logs as `diagnosd serve` does, its access log a line per
+delivery, into a file. Printed for a bare ASGI app (the floor), the webhook route alone (no worker)
+with its log lines written behind and written inline on the event loop's thread, and
+`coalesce_window` 0s (each alert diagnosed on its own) and the default, the default with the batches
+diagnosed on the daemon's event loop (`webhook.processes: 0`) instead of in a process of their own,
+and both once more with Prometheus' threads at nice 19 (its CPU no longer taken from the daemon's:
+as if it answered from a machine of its own, as in production), medians over the repeats:
+deliveries/s, ack p50 / p99, deliveries refused (503), evaluations run, the time from the last
+delivery until every accepted alert is diagnosed, the CPU of the daemon, of its diagnosis processes
+and of Prometheus, and the diagnosis processes' peak memory. Then the cost of recording a delivery's
+new states: one transaction per delivery against one per alert; and of recording a coalesced batch's
+alerts once its evaluation is done (each alert's resolution looked up, its part of the diagnosis
+written with its finding link, its state marked done under its claim): one transaction per alert
+against one for the batch. `--records-only` runs these two tables alone (no Prometheus needed);
+`--postgres URL` adds the batch table on that PostgreSQL (an empty database or schema of its own).
+`--stalls` samples, while each diagnosing mode runs, where the daemon's event loop stalled over 20
+ms (bench/stalls.py) and prints the calls that held it, most samples first.
 """
 
 from __future__ import annotations
@@ -81,6 +82,8 @@ class Mode:
     # Prometheus' threads at this nice value while the mode runs: 19 leaves it the CPU the daemon
     # and the load generator do not want, as if it answered from a machine of its own.
     prometheus_nice: int = 0
+    # webhook.processes; None: the default (batches diagnosed in a process of their own).
+    processes: int | None = None
 
 
 MODES = {
@@ -89,7 +92,9 @@ MODES = {
     "route, logs inline": Mode(diagnose=False, logs_inline=True),
     "per alert": Mode(window="0s"),
     "coalesced": Mode(),
+    "coalesced, on loop": Mode(processes=0),
     "coalesced, prom nice": Mode(prometheus_nice=19),
+    "on loop, prom nice": Mode(processes=0, prometheus_nice=19),
 }
 
 
@@ -260,9 +265,13 @@ class Run:
     alerts_done: int
     drain_s: float
     # CPU seconds from the first delivery until the backlog drained: the daemon's process (every
-    # thread: the event loop, the log writer) and Prometheus'.
+    # thread: the event loop, the log writer), its diagnosis processes' (their start included:
+    # they start with the first batch) and Prometheus'.
     daemon_cpu_s: float
+    offloaded_cpu_s: float
     prometheus_cpu_s: float
+    # The peak resident memory (VmHWM) of the largest diagnosis process.
+    offloaded_mib: float
 
 
 def cpu_seconds(pid: int | None) -> float:
@@ -274,12 +283,30 @@ def cpu_seconds(pid: int | None) -> float:
     return (int(fields[11]) + int(fields[12])) / ticks
 
 
+def peak_mib(pid: int) -> float:
+    """A process's peak resident memory so far (VmHWM), in MiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def children() -> list[int]:
+    """This process's live child processes (Prometheus among them; the load generator has been reaped)."""
+    found: list[int] = []
+    for task in Path("/proc/self/task").iterdir():
+        found += [int(pid) for pid in (task / "children").read_text().split()]
+    return found
+
+
 def counted(metric: Any, **labels: str) -> float:
-    return sum(
-        s.value
-        for family in metric.collect()
-        for s in family.samples
-        if s.name.endswith("_total") and all(s.labels.get(k) == v for k, v in labels.items())
+    return float(
+        sum(
+            s.value
+            for family in metric.collect()
+            for s in family.samples
+            if s.name.endswith("_total") and all(s.labels.get(k) == v for k, v in labels.items())
+        )
     )
 
 
@@ -287,6 +314,8 @@ async def run_once(
     prometheus: str, prometheus_pid: int | None, work: Path, mode: Mode, args: argparse.Namespace
 ) -> Run:
     hook: dict[str, Any] = {} if mode.window is None else {"coalesce_window": mode.window}
+    if mode.processes is not None:
+        hook["processes"] = mode.processes
     settings = Settings.model_validate(
         {
             "prometheus": {"url": prometheus, "timeout": "60s"},
@@ -337,6 +366,9 @@ async def run_once(
             evaluations = int(counted(services.metrics.diagnoses, trigger="alert"))
             done = len(services.memory.alerts_by_outcome("done"))
         daemon_cpu, prometheus_cpu = time.process_time() - cpu[0], cpu_seconds(prometheus_pid) - cpu[1]
+        offloaded = [pid for pid in children() if pid != prometheus_pid]
+        offloaded_cpu = sum(cpu_seconds(pid) for pid in offloaded)
+        offloaded_mib = max((peak_mib(pid) for pid in offloaded), default=0.0)
     finally:
         if stalls is not None:
             stalls.stop()
@@ -360,7 +392,9 @@ async def run_once(
         alerts_done=done,
         drain_s=drain,
         daemon_cpu_s=daemon_cpu,
+        offloaded_cpu_s=offloaded_cpu,
         prometheus_cpu_s=prometheus_cpu,
+        offloaded_mib=offloaded_mib,
     )
 
 
@@ -501,9 +535,9 @@ def main(args: argparse.Namespace) -> None:
         )
         columns = (
             *("mode", "deliv/s", "ack p50 ms", "ack p99 ms", "refused", "evaluations", "alerts done", "drain s"),
-            *("daemon cpu s", "prom cpu s"),
+            *("daemon cpu s", "offload cpu s", "prom cpu s", "offload MiB"),
         )
-        widths = (20, 8, 11, 11, 8, 12, 12, 8, 13, 11)
+        widths = (20, 8, 11, 11, 8, 12, 12, 8, 13, 14, 11, 12)
         print(" ".join(f"{c:>{w}}" for c, w in zip(columns, widths, strict=True)))
         medians: dict[str, dict[str, float]] = {}
         for name, done in runs.items():
@@ -519,7 +553,9 @@ def main(args: argparse.Namespace) -> None:
                 f"{m['alerts_done']:.0f}",
                 f"{m['drain_s']:.1f}",
                 f"{m['daemon_cpu_s']:.1f}",
+                f"{m['offloaded_cpu_s']:.1f}",
                 f"{m['prometheus_cpu_s']:.1f}",
+                f"{m['offloaded_mib']:.0f}",
             )
             print(" ".join(f"{c:>{w}}" for c, w in zip(cells, widths, strict=True)))
         if "per alert" in medians and "coalesced" in medians:

@@ -19,6 +19,7 @@ SettingsError             daemon settings that cannot be used (every Problem at 
 StoreError                the findings store cannot be opened or written (carries its path)
 FindingNotFound           no finding has this id
 RequestError              a request parameter that cannot be read (its name and why)
+DiagnosisProcessLost      the process diagnosing an alert batch died before it answered (retried)
 QueueFull                 the alert queue cannot take a delivery now (Alertmanager retries)
 Unauthorized              missing or wrong credentials (never carries them)
 SinkError                 Alertmanager or Grafana did not take a finding (its sink, URL, status; retried or not)
@@ -32,6 +33,18 @@ from dataclasses import dataclass
 
 class DiagnosdError(Exception):
     """Base of every error diagnosd raises on purpose."""
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # Pickled whole, data included (an alert batch's diagnosis process sends its errors back):
+        # Exception's own reduce calls __init__ again with the message alone, which these refuse.
+        return _rebuilt, (type(self), self.args, dict(vars(self)))
+
+
+def _rebuilt(kind: type[DiagnosdError], args: tuple[object, ...], data: dict[str, object]) -> DiagnosdError:
+    error = kind.__new__(kind)
+    error.args = args
+    vars(error).update(data)
+    return error
 
 
 @dataclass(frozen=True)
@@ -180,6 +193,15 @@ class RequestError(DiagnosdError):
         self.parameter = parameter
         self.reason = reason
         super().__init__(f"{parameter}: {reason}")
+
+
+class DiagnosisProcessLost(DiagnosdError):
+    """The process diagnosing an alert batch died (killed, out of memory) before it answered."""
+
+    def __init__(self, symptom: str, detail: str) -> None:
+        self.symptom = symptom
+        self.detail = detail
+        super().__init__(f"the diagnosis process died while diagnosing {symptom} ({detail}); retried later")
 
 
 class QueueFull(DiagnosdError):

@@ -37,6 +37,18 @@ NOISY = ("apscheduler", "httpx", "httpcore")
 Key = tuple[str, int, str]
 
 
+def in_child(level: int, stream: TextIO | None = None, window: float = WINDOW) -> None:
+    """The logging of a process the daemon started (an alert batch's diagnosis process): its lines
+    as the daemon's, aggregated alike, written inline (no event loop there waits on them)."""
+    target = logging.StreamHandler(stream if stream is not None else sys.stderr)
+    target.setFormatter(logging.Formatter(FORMAT))
+    root = logging.getLogger()
+    root.handlers[:] = [Aggregator(target, window)]
+    root.setLevel(level)
+    for noisy in NOISY:
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
 @contextlib.contextmanager
 def writing_behind(level: str, stream: TextIO | None = None, window: float = WINDOW) -> Iterator[Callable[[], None]]:
     """The root logger at `level`, writing to `stream` (stderr) from a thread of its own until the

@@ -105,8 +105,10 @@ def settings(prometheus_url: str, tmp_path: Path, **sections: Any) -> Settings:
         "scheduler": {"enabled": False},
         "findings": {"for": "0s"},
         # No coalescing window unless a test asks for one: every delivery would wait out the
-        # default 2 s before its diagnosis (tests/daemon/alertmanager covers the window).
-        "webhook": {"alertname_map": {"VLLMQueueBacklog": "queue_backlog"}, "coalesce_window": "0s"},
+        # default 2 s before its diagnosis (tests/daemon/alertmanager covers the window). Batches
+        # diagnosed on the event loop unless a test asks for processes: its respx faults live in
+        # this process (tests/daemon/alertmanager/test_offload.py and the storm tests run them).
+        "webhook": {"alertname_map": {"VLLMQueueBacklog": "queue_backlog"}, "coalesce_window": "0s", "processes": 0},
     }
     for name, section in sections.items():
         data[name] = {**data.get(name, {}), **section} if isinstance(section, Mapping) else section

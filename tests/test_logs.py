@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from diagnosd.logs import LINGER, Aggregator, writing_behind
+from diagnosd.logs import LINGER, Aggregator, in_child, writing_behind
 
 
 class Ticks:
@@ -225,3 +225,30 @@ def test_lines_logged_together_are_written_in_one_write() -> None:
             time.sleep(LINGER)  # written by the writer thread, before the block's end would
         assert len(stream.getvalue().splitlines()) == 200
     assert stream.writes <= 20  # 200 woken per line
+
+
+def test_a_child_process_logs_as_the_daemon_aggregated_and_quiet_about_http() -> None:
+    stream = io.StringIO()
+    root = logging.getLogger()
+    kept = root.level, root.handlers[:], logging.getLogger("httpx").level
+    try:
+        in_child(logging.INFO, stream)
+        for n in range(20):
+            logging.getLogger("diagnosd.test.child").warning("could not diagnose %d: refused", n)
+        logging.getLogger("httpx").info('HTTP Request: POST /api/v1/query "HTTP/1.1 200 OK"')
+        logging.getLogger("diagnosd.test.child").info("diagnosed")
+        for handler in root.handlers:
+            handler.flush()
+    finally:
+        for handler in root.handlers:
+            handler.close()
+        root.setLevel(kept[0])
+        root.handlers[:] = kept[1]
+        logging.getLogger("httpx").setLevel(kept[2])
+    lines = stream.getvalue().splitlines()
+    assert lines[0].split()[2:4] == ["WARNING", "diagnosd.test.child:"]
+    assert lines[0].endswith("could not diagnose 0: refused")
+    # The flood is its first line and a summary (written at the flush); INFO passes at once.
+    assert len(lines) == 3
+    assert lines[1].endswith("INFO diagnosd.test.child: diagnosed")
+    assert re.search(r"could not diagnose 19: refused \(repeated 19 times in the last \d+\.\d\ds\)$", lines[2])

@@ -22,7 +22,9 @@ from prometheus_client import CollectorRegistry
 
 from diagnosd.daemon.alertmanager.inbox import LOCAL, Inbox
 from diagnosd.daemon.alertmanager.memory import DeliveryMemory
-from diagnosd.daemon.diagnoser import Diagnoser
+from diagnosd.daemon.alertmanager.offload import Offloaded
+from diagnosd.daemon.alertmanager.parts import OnLoop, Parting
+from diagnosd.daemon.diagnoser import Diagnoser, Observer
 from diagnosd.daemon.scheduler import Scheduler
 from diagnosd.daemon.settings import Settings
 from diagnosd.engine.params import effective
@@ -116,6 +118,9 @@ class Runtime:
     # The circuit's monotonic clock and random source (its cool-downs and their jitter).
     timer: Callable[[], float] = time.monotonic
     rand: Callable[[], float] = random.random
+    # A source given to `build` lives in this process only: alert batches are then diagnosed on
+    # the daemon's event loop, whatever webhook.processes says.
+    injected: bool = False
 
 
 def build(
@@ -142,6 +147,7 @@ def build(
         source=source or (lambda: prometheus_source(config)),
         timer=timer,
         rand=rand,
+        injected=source is not None,
     )
 
 
@@ -231,19 +237,13 @@ async def open_services(runtime: Runtime) -> AsyncIterator[Services]:
         for sink in sinks:
             await sink.start()
             stack.push_async_callback(sink.stop)
-        diagnoser = Diagnoser(
-            # The answers about which metrics exist, kept a little while in front of the circuit
-            # (a round, a storm's alerts ask them once).
-            LookupCache(source, settings.prometheus.lookup_ttl, clock=runtime.timer),
-            runtime.rules.ruleset,
-            metrics,
-            strict_labels=settings.prometheus.strict_labels,
-            params=settings.params,
-            topology=settings.topology.topology(),
-            clock=runtime.clock,
-            deadline=Deadline(settings.prometheus.diagnosis_deadline.total_seconds(), settings.prometheus.url),
-        )
+        diagnoser = _daemon_diagnoser(settings, runtime.rules, source, metrics, runtime.clock, runtime.timer)
         hook = settings.webhook
+        parting: Parting = OnLoop(diagnoser)
+        if hook.processes and not runtime.injected:
+            parting = Offloaded(batch_diagnoser, settings, metrics, runtime.clock, processes=hook.processes)
+        # Closed after the inbox has stopped (the exit stack runs backwards).
+        stack.push_async_callback(parting.close)
         inbox = Inbox(
             memory,
             tracker,
@@ -259,6 +259,7 @@ async def open_services(runtime: Runtime) -> AsyncIterator[Services]:
             owner=replica(settings),
             lease=hook.lease,
             refresh=settings.store.retention / 10,
+            parting=parting,
         )
         await inbox.start()
         stack.push_async_callback(inbox.stop)
@@ -293,6 +294,42 @@ async def open_services(runtime: Runtime) -> AsyncIterator[Services]:
             database.path,
         )
         yield Services(runtime, source, store, memory, metrics, tracker, diagnoser, inbox, scheduler)
+
+
+def _daemon_diagnoser(
+    settings: Settings,
+    rules: Rules,
+    source: QuerySource,
+    observer: Observer,
+    clock: Callable[[], datetime],
+    timer: Callable[[], float],
+) -> Diagnoser:
+    """The daemon's Diagnoser on `source` (behind its circuit), as the settings describe it."""
+    return Diagnoser(
+        # The answers about which metrics exist, kept a little while in front of the circuit
+        # (a round, a storm's alerts ask them once).
+        LookupCache(source, settings.prometheus.lookup_ttl, clock=timer),
+        rules.ruleset,
+        observer,
+        strict_labels=settings.prometheus.strict_labels,
+        params=settings.params,
+        topology=settings.topology.topology(),
+        clock=clock,
+        deadline=Deadline(settings.prometheus.diagnosis_deadline.total_seconds(), settings.prometheus.url),
+    )
+
+
+@asynccontextmanager
+async def batch_diagnoser(
+    settings: Settings, observer: Observer, clock: Callable[[], datetime]
+) -> AsyncIterator[Diagnoser]:
+    """The Diagnoser of an alert batch's diagnosis process (alertmanager/offload.py): the daemon's,
+    built again from the same settings and rules there, on an HTTP client and a circuit of its own."""
+    rules = load(settings.rules_dir or shipped_rules_dir())
+    prometheus = settings.prometheus
+    async with prometheus_source(prometheus.config()) as source:
+        guard = Circuit(prometheus.circuit.policy(), redact(prometheus.url))
+        yield _daemon_diagnoser(settings, rules, CircuitSource(source, guard), observer, clock, time.monotonic)
 
 
 PushSink = AlertmanagerSink | GrafanaSink

@@ -7,10 +7,11 @@ error instead of returning an empty (healthy-looking) answer.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import StrEnum
+from typing import Protocol
 
 from diagnosd.engine import Looking, Scope
 from diagnosd.engine.triage import triage
@@ -19,7 +20,6 @@ from diagnosd.findings.lifecycle import Trigger
 from diagnosd.findings.model import Diagnosis
 from diagnosd.findings.triage import Board
 from diagnosd.moments import Clock, utc_now
-from diagnosd.sinks.metrics import Metrics
 from diagnosd.sources.base import QuerySource
 from diagnosd.sources.deadline import Deadline
 from diagnosd.sources.metered import MeteredSource
@@ -34,6 +34,25 @@ class Outcome(StrEnum):
     OK = "ok"  # every query answered
     PARTIAL = "partial"  # some queries failed: those checks are unknown
     ERROR = "error"  # nothing could be looked at
+
+
+class Observer(Protocol):
+    """What a Diagnoser reports as it works: the daemon's self-metrics (sinks/metrics.Metrics), or
+    a tally an alert batch's diagnosis process sends back to them (alertmanager/offload.py)."""
+
+    def trees_loaded(self, symptoms: Iterable[str]) -> None: ...
+
+    def query(self, endpoint: str, seconds: float, error: SourceError | None) -> None: ...
+
+    def diagnosed(
+        self,
+        symptom: str,
+        trigger: str,
+        outcome: str,
+        seconds: float,
+        errors: Sequence[SourceError],
+        succeeded_at: datetime | None,
+    ) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -56,7 +75,7 @@ class Diagnoser:
         self,
         source: QuerySource,
         ruleset: RuleSet,
-        metrics: Metrics | None = None,
+        metrics: Observer | None = None,
         *,
         strict_labels: Sequence[str] = (),
         params: Mapping[str, Mapping[str, float | str]] | None = None,
@@ -111,13 +130,11 @@ class Diagnoser:
             return looked
         finally:
             if self._metrics is not None:
-                self._metrics.diagnoses.labels(str(trigger), outcome).inc()
-                self._metrics.diagnosis_seconds.labels(str(trigger)).observe(time.perf_counter() - start)
                 # Only a complete diagnosis is a success: a partial one, or one that raised for
                 # another reason than a query error (a bug, a cancellation), leaves it as it was.
-                if outcome is Outcome.OK:
-                    self._metrics.tree_succeeded(tree.id, self._clock())
-                self._metrics.tree_failed(tree.id, source.errors)
+                succeeded = self._clock() if outcome is Outcome.OK else None
+                seconds = time.perf_counter() - start
+                self._metrics.diagnosed(tree.id, str(trigger), outcome, seconds, source.errors, succeeded)
 
     async def triage(self, scope: Scope, at: datetime | None, history_start: datetime | None = None) -> Board:
         """Every symptom at once, worst first (engine/triage.py); raises when nothing could be seen."""

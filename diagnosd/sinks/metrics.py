@@ -8,7 +8,7 @@ check saw. Past `max_series` it drops series and counts them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from enum import StrEnum
 
@@ -145,6 +145,23 @@ class Metrics:
             self.tree_last_success.labels(symptom)
             for reason in ErrorKind:
                 self.tree_errors.labels(symptom, reason)
+
+    def diagnosed(
+        self,
+        symptom: str,
+        trigger: str,
+        outcome: str,
+        seconds: float,
+        errors: Sequence[SourceError],
+        succeeded_at: datetime | None,
+    ) -> None:
+        """One diagnosis ended: counted by trigger and outcome, timed, and its tree's health set
+        (`succeeded_at`: when it completed with every query answered; None when it did not)."""
+        self.diagnoses.labels(trigger, outcome).inc()
+        self.diagnosis_seconds.labels(trigger).observe(seconds)
+        if succeeded_at is not None:
+            self.tree_succeeded(symptom, succeeded_at)
+        self.tree_failed(symptom, errors)
 
     def tree_succeeded(self, symptom: str, at: datetime) -> None:
         """A diagnosis of the tree completed with every query answered."""

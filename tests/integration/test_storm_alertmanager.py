@@ -75,6 +75,17 @@ def daemon(prometheus_url: str, tmp_path: Path, **webhook: Any) -> Iterator[str]
         yield server.url
 
 
+def diagnosis_processes() -> list[int]:
+    """This process's children that multiprocessing spawned to work (not its resource tracker)."""
+    found = []
+    for task in Path("/proc/self/task").iterdir():
+        for pid in (task / "children").read_text().split():
+            command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+            if b"spawn_main" in command:
+                found.append(int(pid))
+    return found
+
+
 def states(tmp_path: Path, outcome: str) -> list[Any]:
     """The delivery memory as the daemon wrote it (read through a connection of this thread)."""
     database = open_database(tmp_path / "findings.db")
@@ -89,7 +100,8 @@ def test_a_storm_of_two_symptoms_is_two_evaluations_and_every_alert_its_own_link
 ) -> None:
     pods = 40
     prom = start_prometheus(faulty_fleet(pods))
-    with daemon(prom.url, tmp_path, coalesce_window="2s") as url:
+    # As shipped: the batches diagnosed in a process of their own.
+    with daemon(prom.url, tmp_path, coalesce_window="2s", processes=1) as url:
         with alertmanager(tmp_path / "alertmanager", f"{url}/webhook/alertmanager", {}) as am:
             starts = datetime.now(UTC).replace(microsecond=0)
             storm = [alert(symptom, n, starts) for symptom in ALERTNAMES for n in range(pods)]
@@ -104,6 +116,9 @@ def test_a_storm_of_two_symptoms_is_two_evaluations_and_every_alert_its_own_link
             failed = counter(httpx.get(f"{am}/metrics").text, "alertmanager_notifications_failed_total")
         findings = httpx.get(f"{url}/findings", params={"state": "firing", "limit": 1000}).json()["findings"]
         metrics = httpx.get(f"{url}/metrics").text
+        offloaded = diagnosis_processes()
+    assert len(offloaded) == 1  # the diagnoses ran there, not on the daemon's event loop
+    assert diagnosis_processes() == []  # and the daemon stopped it with itself
     assert len(sent) == total
     # Each alert links the finding on its own pod and symptom, and no other.
     linked = {(f["symptom"], f["labels"]["pod"]): f["alerts"] for f in findings}
@@ -123,7 +138,7 @@ def test_a_group_bigger_than_the_queue_is_accepted_and_diagnosed(
     pods = 300
     prom = start_prometheus(faulty_fleet(pods))
     # Not coalesced: each of the 300 alerts is a job of its own, more jobs than the queue's 256.
-    with daemon(prom.url, tmp_path, queue_size=256, coalesce_window="0s") as url:
+    with daemon(prom.url, tmp_path, queue_size=256, coalesce_window="0s", processes=1) as url:
         with alertmanager(tmp_path / "alertmanager", f"{url}/webhook/alertmanager", {}) as am:
             starts = datetime.now(UTC).replace(microsecond=0)
             group = [alert("kv_hit_low", n, starts) for n in range(pods)]

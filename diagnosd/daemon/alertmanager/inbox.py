@@ -31,14 +31,15 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import IntEnum, StrEnum
 
-from diagnosd.daemon.alertmanager.coalesce import BatchKey, batch_key, part, window_start
+from diagnosd.daemon.alertmanager.coalesce import BatchKey, batch_key, window_start
 from diagnosd.daemon.alertmanager.memory import AlertRecord, BatchClaim, DeliveryMemory, Lease
+from diagnosd.daemon.alertmanager.parts import OnLoop, Parting
 from diagnosd.daemon.alertmanager.payload import AlertJob
 from diagnosd.daemon.alertmanager.settled import Settled
 from diagnosd.daemon.diagnoser import Diagnoser
 from diagnosd.engine import Scope
 from diagnosd.engine.scope import covering
-from diagnosd.errors import DiagnosdError, QueryRejected, QueueFull, SourceError, StoreError
+from diagnosd.errors import DiagnosdError, DiagnosisProcessLost, QueryRejected, QueueFull, SourceError, StoreError
 from diagnosd.findings.lifecycle import Trigger
 from diagnosd.findings.model import Diagnosis
 from diagnosd.findings.tracker import Recording, Tracker
@@ -54,10 +55,9 @@ LEASE = timedelta(seconds=30)
 # passes a tenth of the retention, so a re-sent state is remembered at least 90 % of it past its
 # last delivery.
 REFRESH = timedelta(hours=1)
-# A coalesced batch is cut from its diagnosis (every target read per alert) and recorded (one
-# transaction per slice of alerts, each alert's findings with its `done`) a slice at a time, the
-# event loop turning between: 300 alerts at once held the webhook's acks for 40 ms and more.
-PART_SLICE = 16
+# A coalesced batch is recorded (one transaction per slice of alerts, each alert's findings with
+# its `done`) a slice at a time, the event loop turning between: 300 alerts at once held the
+# webhook's acks for 40 ms and more (its cutting into parts turns alike: parts.py).
 RECORD_SLICE = 64
 
 
@@ -114,10 +114,13 @@ class Inbox:
         owner: str = LOCAL,
         lease: timedelta = LEASE,
         refresh: timedelta = REFRESH,
+        parting: Parting | None = None,
     ) -> None:
         self._store = store
         self._tracker = tracker
         self._diagnoser = diagnoser
+        # Where a batch is diagnosed: on this event loop unless given processes of their own.
+        self._parting = parting or OnLoop(diagnoser)
         self._metrics = metrics
         self._clock = clock
         self._queue: asyncio.PriorityQueue[tuple[int, int, Batch]] = asyncio.PriorityQueue()
@@ -379,16 +382,15 @@ class Inbox:
         jobs = [job for job, _ in scoped]
         symptom = jobs[0].symptom
         try:
-            tree = self._diagnoser.tree(symptom)
             scope = Scope.among(covering(job.scope for job in jobs))
-            looked = await self._diagnoser.diagnose(tree, scope, Batch(jobs).at, Trigger.ALERT)
+            cut = await self._parting.parts(symptom, scope, Batch(jobs).at, [job.scope for job in jobs])
         except QueryRejected as error:
             log.warning(
                 "alerts %s: Prometheus refused the queries of %s, not retried: %s", _names(jobs), symptom, error
             )
             self._finish_all(jobs, Delivery.REJECTED, str(error))
             return
-        except SourceError as error:
+        except (SourceError, DiagnosisProcessLost) as error:
             log.warning("alerts %s: could not diagnose %s: %s", _names(jobs), symptom, error)
             self._finish_all(jobs, Delivery.FAILED, str(error))
             return
@@ -396,16 +398,14 @@ class Inbox:
             log.warning("alerts %s: %s", _names(jobs), error)
             self._finish_all(jobs, Delivery.DONE, str(error))
             return
-        parts: list[tuple[AlertJob, Diagnosis]] = []
-        for done, job in enumerate(self._live(jobs), 1):
-            mine = part(looked.diagnosis, job.scope)
+        # Resolutions that came in while it was diagnosed supersede their alerts' parts.
+        still = {job.key for job in self._live(jobs)}
+        parts = [(job, mine) for job, mine in zip(jobs, cut, strict=True) if job.key in still]
+        for job, mine in parts:
             if not mine.targets:
                 log.info(
                     "alert %s (%s): no target in %s has data for %s", job.fingerprint, job.alertname, job.scope, symptom
                 )
-            parts.append((job, mine))
-            if done % PART_SLICE == 0:
-                await asyncio.sleep(0)  # each part reads every target: the webhook is served in between
         for start in range(0, len(parts), RECORD_SLICE):
             self._record(parts[start : start + RECORD_SLICE])
             await asyncio.sleep(0)

@@ -21,7 +21,7 @@ from diagnosd.daemon.alertmanager.inbox import RECORD_SLICE, REFRESH, Delivery, 
 from diagnosd.daemon.alertmanager.memory import DeliveryMemory
 from diagnosd.daemon.alertmanager.payload import AlertJob
 from diagnosd.engine import Scope
-from diagnosd.errors import QueueFull, SourceUnavailable, StoreError
+from diagnosd.errors import DiagnosisProcessLost, QueueFull, SourceUnavailable, StoreError
 from diagnosd.findings.model import Diagnosis
 from diagnosd.findings.store import Store
 from diagnosd.findings.tracker import Tracker
@@ -43,6 +43,8 @@ class CountingDiagnoser:
     """Answers every pod it is asked about (vllm-N holds kv_pool_full for even N), counting calls."""
 
     fail: bool = False
+    # Raised instead of answering, when set (fail raises a Prometheus outage).
+    error: Exception | None = None
     release: asyncio.Event | None = None
     calls: list[tuple[str, Scope, datetime]] = field(default_factory=list)
 
@@ -56,6 +58,8 @@ class CountingDiagnoser:
             await self.release.wait()
         if self.fail:
             raise SourceUnavailable("connection refused", url="http://127.0.0.1:9")
+        if self.error is not None:
+            raise self.error
         targets = [(holding if n % 2 == 0 else clear)(f"vllm-{n}") for n in range(40)]
         wanted = dict(scope.values())
         inside = [t for t in targets if all(t.labels.get(k, v[0]) in v for k, v in wanted.items())]
@@ -228,6 +232,20 @@ async def test_a_failed_evaluation_fails_every_alert_of_the_batch_for_a_retry(ri
     await rig.inbox.join()
     assert len(again.queued) == 5
     assert len(rig.diagnoser.calls) == 2
+    assert outcomes(rig.store, storm) == {Delivery.DONE}
+
+
+async def test_a_batch_whose_diagnosis_process_died_is_failed_for_a_retry(rig: Rig) -> None:
+    rig.diagnoser.error = DiagnosisProcessLost("queue_backlog", "terminated abruptly")
+    storm = [job(n) for n in range(5)]
+    rig.inbox.offer(storm)
+    await rig.inbox.join()
+    assert outcomes(rig.store, storm) == {Delivery.FAILED}
+    errors = {record.error for j in storm if (record := rig.store.alert(j.key))}
+    assert errors == {"the diagnosis process died while diagnosing queue_backlog (terminated abruptly); retried later"}
+    rig.diagnoser.error = None
+    rig.inbox.offer(storm)  # re-sent: taken again, and diagnosed this time
+    await rig.inbox.join()
     assert outcomes(rig.store, storm) == {Delivery.DONE}
 
 
