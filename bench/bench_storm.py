@@ -295,7 +295,8 @@ def children() -> list[int]:
     """This process's live child processes (Prometheus among them; the load generator has been reaped)."""
     found: list[int] = []
     for task in Path("/proc/self/task").iterdir():
-        found += [int(pid) for pid in (task / "children").read_text().split()]
+        with contextlib.suppress(FileNotFoundError):  # a thread that ended meanwhile
+            found += [int(pid) for pid in (task / "children").read_text().split()]
     return found
 
 

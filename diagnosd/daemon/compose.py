@@ -237,11 +237,20 @@ async def open_services(runtime: Runtime) -> AsyncIterator[Services]:
         for sink in sinks:
             await sink.start()
             stack.push_async_callback(sink.stop)
-        diagnoser = _daemon_diagnoser(settings, runtime.rules, source, metrics, runtime.clock, runtime.timer)
+        ruleset = runtime.rules.ruleset
+        diagnoser = _daemon_diagnoser(settings, ruleset, source, metrics, runtime.clock, runtime.timer)
         hook = settings.webhook
         parting: Parting = OnLoop(diagnoser)
         if hook.processes and not runtime.injected:
-            parting = Offloaded(batch_diagnoser, settings, metrics, runtime.clock, processes=hook.processes)
+            parting = Offloaded(
+                batch_diagnoser,
+                settings,
+                ruleset,
+                metrics,
+                runtime.clock,
+                processes=hook.processes,
+                circuit=source.circuit,
+            )
         # Closed after the inbox has stopped (the exit stack runs backwards).
         stack.push_async_callback(parting.close)
         inbox = Inbox(
@@ -298,7 +307,7 @@ async def open_services(runtime: Runtime) -> AsyncIterator[Services]:
 
 def _daemon_diagnoser(
     settings: Settings,
-    rules: Rules,
+    ruleset: RuleSet,
     source: QuerySource,
     observer: Observer,
     clock: Callable[[], datetime],
@@ -309,7 +318,7 @@ def _daemon_diagnoser(
         # The answers about which metrics exist, kept a little while in front of the circuit
         # (a round, a storm's alerts ask them once).
         LookupCache(source, settings.prometheus.lookup_ttl, clock=timer),
-        rules.ruleset,
+        ruleset,
         observer,
         strict_labels=settings.prometheus.strict_labels,
         params=settings.params,
@@ -321,15 +330,16 @@ def _daemon_diagnoser(
 
 @asynccontextmanager
 async def batch_diagnoser(
-    settings: Settings, observer: Observer, clock: Callable[[], datetime]
+    settings: Settings, ruleset: RuleSet, observer: Observer, clock: Callable[[], datetime]
 ) -> AsyncIterator[Diagnoser]:
     """The Diagnoser of an alert batch's diagnosis process (alertmanager/offload.py): the daemon's,
-    built again from the same settings and rules there, on an HTTP client and a circuit of its own."""
-    rules = load(settings.rules_dir or shipped_rules_dir())
+    built again there from the same settings and the rules the daemon loaded, on an HTTP client of
+    its own. Its circuit only cuts a batch short once Prometheus fails it: the daemon's circuit
+    admits each batch and hears what its calls met."""
     prometheus = settings.prometheus
     async with prometheus_source(prometheus.config()) as source:
         guard = Circuit(prometheus.circuit.policy(), redact(prometheus.url))
-        yield _daemon_diagnoser(settings, rules, CircuitSource(source, guard), observer, clock, time.monotonic)
+        yield _daemon_diagnoser(settings, ruleset, CircuitSource(source, guard), observer, clock, time.monotonic)
 
 
 PushSink = AlertmanagerSink | GrafanaSink

@@ -82,7 +82,7 @@ def unwell(error: SourceError) -> bool:
 
 
 @dataclass(frozen=True)
-class _Ticket:
+class Ticket:
     generation: int  # the circuit's, when the call was let through: a later answer is stale
     probe: bool
 
@@ -116,16 +116,16 @@ class Circuit:
         last = self._last.detail if self._last is not None else None
         return Status(self._state, self._failures, self._openings, probe_in, last)
 
-    def admit(self, query: str | None) -> _Ticket:
+    def admit(self, query: str | None) -> Ticket:
         """Let a call through (as the probe when one is due), or raise CircuitOpen."""
         if self._state is State.OPEN and self._clock() >= self._probe_at:
             self._become(State.HALF_OPEN)
-            return _Ticket(self._generation, probe=True)
+            return Ticket(self._generation, probe=True)
         if self._state is State.CLOSED:
-            return _Ticket(self._generation, probe=False)
+            return Ticket(self._generation, probe=False)
         raise self._refusal(query)
 
-    def settle(self, ticket: _Ticket, error: SourceError | None, *, vouches: bool = True) -> None:
+    def settle(self, ticket: Ticket, error: SourceError | None, *, vouches: bool = True) -> None:
         """How a call let through ended. `vouches`: a success may reset the count of failures (a
         readiness probe's `vector(1)` does not: it must not keep a failing circuit closed)."""
         if ticket.generation != self._generation:
@@ -140,13 +140,13 @@ class Circuit:
         elif error is None and vouches:
             self._failures = 0
 
-    def cut_off(self, ticket: _Ticket, query: str | None) -> None:
+    def cut_off(self, ticket: Ticket, query: str | None) -> None:
         """A call still unanswered when its diagnosis's deadline cancelled it: Prometheus did not
         answer within the whole budget, a timeout like any other (the per-query timeout times the
         retries may be longer than the deadline, so it would otherwise never be seen)."""
         self.settle(ticket, SourceTimeout("no answer by the diagnosis deadline", url=self._url, query=query))
 
-    def abandon(self, ticket: _Ticket) -> None:
+    def abandon(self, ticket: Ticket) -> None:
         """A call given up (its request or diagnosis cancelled) proved nothing; a probe given up
         lets the next caller probe, with no new cool-down."""
         if ticket.probe and ticket.generation == self._generation:

@@ -9,7 +9,7 @@ holds is accepted (Alertmanager's notification succeeds) and every alert in it i
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -79,10 +79,10 @@ def diagnosis_processes() -> list[int]:
     """This process's children that multiprocessing spawned to work (not its resource tracker)."""
     found = []
     for task in Path("/proc/self/task").iterdir():
-        for pid in (task / "children").read_text().split():
-            command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
-            if b"spawn_main" in command:
-                found.append(int(pid))
+        with suppress(FileNotFoundError):  # a thread that ended meanwhile, a child gone meanwhile
+            for pid in (task / "children").read_text().split():
+                if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    found.append(int(pid))
     return found
 
 

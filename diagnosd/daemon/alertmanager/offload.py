@@ -11,9 +11,15 @@ daemon's: when the two want the same core, the acks come first. What crosses bac
 alert's part of the diagnosis, and the self-metrics the child's Diagnoser reported (its queries,
 the diagnosis's outcome and time), which the daemon's metrics then count as their own.
 
-The daemon's clock crosses with each batch (`now`), so that a child tells a live diagnosis from a
-post-mortem as the daemon would. A child that dies (killed, out of memory) fails its batch with
-DiagnosisProcessLost (retried as a Prometheus outage is) and the pool is started anew.
+A child diagnoses with the rules the daemon loaded (sent along when it starts, never read again
+from disk), and the daemon's clock crosses with each batch (`now`), so that a child tells a live
+diagnosis from a post-mortem as the daemon would. The daemon's circuit stays the one that decides:
+a batch is sent only when it admits a call (open, the batch fails fast with CircuitOpen, as its
+queries would on the loop), and what the child's calls met is settled on it afterwards (a child's
+own circuit only cuts a batch short). A child that dies (killed, out of memory) fails its batch
+with DiagnosisProcessLost (retried as a Prometheus outage is) and the pool is started anew; one
+found dead before a batch is sent costs that batch nothing. A child ignores the stop signals a
+process group receives (the daemon stops it) and ends itself when the daemon is gone.
 """
 
 from __future__ import annotations
@@ -21,8 +27,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import multiprocessing
+import multiprocessing.connection
 import os
 import signal
+import threading
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -34,17 +43,20 @@ from diagnosd.daemon.alertmanager.parts import cut
 from diagnosd.daemon.diagnoser import Diagnoser, Observer
 from diagnosd.daemon.settings import Settings
 from diagnosd.engine import Scope
-from diagnosd.errors import DiagnosdError, DiagnosisProcessLost, SourceError
+from diagnosd.errors import CircuitOpen, DeadlineExceeded, DiagnosdError, DiagnosisProcessLost, SourceError
 from diagnosd.findings.lifecycle import Trigger
 from diagnosd.findings.model import Diagnosis
 from diagnosd.logs import in_child
 from diagnosd.moments import Clock
+from diagnosd.sources.circuit import Circuit, Ticket
+from diagnosd.trees import RuleSet
 
 log = logging.getLogger(__name__)
 
-# Builds a child's Diagnoser from the settings, reporting to the observer, on the given clock: a
-# module-level function (compose.batch_diagnoser), since it crosses to the child by its name.
-Builder = Callable[[Settings, Observer, Clock], AbstractAsyncContextManager[Diagnoser]]
+# Builds a child's Diagnoser from the settings and the daemon's rules, reporting to the observer,
+# on the given clock: a module-level function (compose.batch_diagnoser), since it crosses to the
+# child by its name.
+Builder = Callable[[Settings, RuleSet, Observer, Clock], AbstractAsyncContextManager[Diagnoser]]
 # How much lower a child's CPU priority is than the daemon's (nice(2) increments).
 NICENESS = 10
 # How long a child still diagnosing at shutdown is given before it is terminated.
@@ -81,11 +93,30 @@ class Tally:
         self.queries, self.diagnoses = [], []
         return out
 
-    def replay(self, to: Observer) -> None:
+    def replay(self, to: Observer, now: datetime) -> None:
+        """Into the daemon's metrics; a success stamped `now` (when its answer came back), as the
+        loop stamps it when its diagnosis ends."""
         for query in self.queries:
             to.query(*query)
-        for diagnosis in self.diagnoses:
-            to.diagnosed(*diagnosis)
+        for symptom, trigger, outcome, seconds, errors, succeeded in self.diagnoses:
+            to.diagnosed(symptom, trigger, outcome, seconds, errors, now if succeeded is not None else None)
+
+    def settle(self, circuit: Circuit, ticket: Ticket) -> None:
+        """What the child's calls met, on the daemon's circuit, under the ticket that let the batch
+        go. A call the child's own circuit refused never reached Prometheus and proves nothing (a
+        batch of nothing else gives its ticket up, as a cancelled call does); one its deadline cut
+        off counts as the loop counts it, a timeout."""
+        heard = False
+        for _, _, error in self.queries:
+            if isinstance(error, CircuitOpen):
+                continue
+            heard = True
+            if isinstance(error, DeadlineExceeded):
+                circuit.cut_off(ticket, error.query)
+            else:
+                circuit.settle(ticket, error)
+        if not heard:
+            circuit.abandon(ticket)
 
 
 @dataclass(frozen=True)
@@ -111,21 +142,26 @@ class Offloaded:
         self,
         build: Builder,
         settings: Settings,
+        rules: RuleSet,
         metrics: Observer,
         clock: Clock,
         *,
         processes: int,
+        circuit: Circuit | None = None,
         niceness: int = NICENESS,
     ) -> None:
-        self._start = (build, settings, niceness, logging.getLogger().getEffectiveLevel())
+        self._start = (build, settings, rules, niceness, logging.getLogger().getEffectiveLevel())
         self._metrics = metrics
         self._clock = clock
         self._processes = processes
-        self._pool = self._new_pool()
+        self._circuit = circuit
+        # Made at the first batch (its queues start multiprocessing's resource tracker, a process
+        # of its own), as its processes are: a daemon that never gets an alert starts none.
+        self._pool: ProcessPoolExecutor | None = None
 
     def _new_pool(self) -> ProcessPoolExecutor:
         # Spawned, not forked: the daemon has threads (the log writer, the executor's own) that a
-        # fork would copy mid-lock. Processes start at the first batch, not with the daemon.
+        # fork would copy mid-lock.
         return ProcessPoolExecutor(
             self._processes, mp_context=multiprocessing.get_context("spawn"), initializer=_start, initargs=self._start
         )
@@ -134,25 +170,52 @@ class Offloaded:
         self, symptom: str, scope: Scope, at: datetime, scopes: Sequence[Mapping[str, str]]
     ) -> list[Diagnosis]:
         ask = Ask(symptom, scope, at, self._clock(), tuple(dict(s) for s in scopes))
-        pool = self._pool
+        # Raises CircuitOpen while the daemon's circuit is open; half-open, this batch is the probe.
+        ticket = self._circuit.admit(None) if self._circuit is not None else None
         try:
-            answer = await asyncio.get_running_loop().run_in_executor(pool, _diagnose, ask)
-        except BrokenProcessPool as error:
-            if pool is self._pool:  # the first batch to find it broken starts the next pool
-                log.warning("alerts: the diagnosis process died (%s); starting it again", error)
-                pool.shutdown(wait=False, cancel_futures=True)
-                self._pool = self._new_pool()
-            raise DiagnosisProcessLost(symptom, str(error)) from None
-        answer.tally.replay(self._metrics)
+            answer = await self._send(ask)
+        except BaseException as error:
+            if ticket is not None and self._circuit is not None:
+                self._circuit.abandon(ticket)
+            if isinstance(error, BrokenProcessPool):
+                raise DiagnosisProcessLost(symptom, str(error)) from None
+            raise
+        if ticket is not None and self._circuit is not None:
+            answer.tally.settle(self._circuit, ticket)
+        answer.tally.replay(self._metrics, self._clock())
         if answer.error is not None:
             raise answer.error
         return list(answer.parts)
 
+    async def _send(self, ask: Ask) -> Answer:
+        pool = self._pool = self._pool or self._new_pool()
+        try:
+            future = pool.submit(_diagnose, ask)
+        except BrokenProcessPool as error:  # it died idle: this batch was never sent
+            pool = self._renew(pool, error)
+            future = pool.submit(_diagnose, ask)
+        try:
+            return await asyncio.wrap_future(future)
+        except BrokenProcessPool as error:  # it died diagnosing this batch
+            self._renew(pool, error)
+            raise
+
+    def _renew(self, pool: ProcessPoolExecutor, error: BrokenProcessPool) -> ProcessPoolExecutor:
+        """The pool after `pool` was found broken: a new one, started by the first batch to find it."""
+        if pool is self._pool or self._pool is None:
+            log.warning("alerts: the diagnosis process died (%s); starting it again", error)
+            pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = self._new_pool()
+        return self._pool
+
     async def close(self) -> None:
-        await asyncio.to_thread(_stop, self._pool)
+        if self._pool is not None:
+            await asyncio.to_thread(_stop, self._pool)
 
     def pids(self) -> list[int]:
         """The children's process ids (the self-checks and tests look at them)."""
+        if self._pool is None:
+            return []
         return [process.pid for process in _processes(self._pool) if process.pid is not None]
 
 
@@ -161,8 +224,10 @@ def _stop(pool: ProcessPoolExecutor) -> None:
     store, under a lease that lapses, as one cut off on the event loop does."""
     processes = list(_processes(pool))
     pool.shutdown(wait=False, cancel_futures=True)
+    deadline = time.monotonic() + STOP_WAIT  # one wait for them all, not one each
     for process in processes:
-        process.join(STOP_WAIT)
+        process.join(max(deadline - time.monotonic(), 0.0))
+    for process in processes:
         if process.is_alive():
             process.terminate()
             process.join()
@@ -190,10 +255,13 @@ class _Child:
 _child: _Child | None = None
 
 
-def _start(build: Builder, settings: Settings, niceness: int, level: int) -> None:
+def _start(build: Builder, settings: Settings, rules: RuleSet, niceness: int, level: int) -> None:
     global _child  # one per child process, made by the executor's initializer
-    # A terminal's Ctrl-C reaches the whole process group: the daemon decides when this one stops.
+    # A terminal's Ctrl-C, and systemd, tini -g or dumb-init's SIGTERM, reach the whole process
+    # group: the daemon decides when this one stops (its batch in flight then stays queued).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    _end_with_the_daemon()
     os.nice(niceness)
     in_child(level)
     child = _Child(asyncio.new_event_loop(), Tally())
@@ -203,9 +271,24 @@ def _start(build: Builder, settings: Settings, niceness: int, level: int) -> Non
             raise RuntimeError("a diagnosis process asked the time outside a batch")
         return child.now
 
-    built = build(settings, child.tally, clock)
+    built = build(settings, rules, child.tally, clock)
     child.diagnoser = child.loop.run_until_complete(child.stack.enter_async_context(built))
     _child = child
+
+
+def _end_with_the_daemon() -> None:
+    """A daemon killed outright (SIGKILL, out of memory) never stops its children: each would wait
+    on the executor's queue for ever. A thread here waits for the daemon's end and ends the child."""
+    parent = multiprocessing.parent_process()
+    if parent is None:
+        return
+    sentinel = parent.sentinel
+
+    def watch() -> None:
+        multiprocessing.connection.wait([sentinel])
+        os._exit(0)
+
+    threading.Thread(target=watch, name="daemon-watch", daemon=True).start()
 
 
 def _diagnose(ask: Ask) -> Answer:

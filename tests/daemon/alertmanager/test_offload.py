@@ -25,8 +25,10 @@ from diagnosd.engine import Scope
 from diagnosd.errors import DiagnosisProcessLost, SourceUnavailable, UnknownSymptom
 from diagnosd.promlocal import free_port
 from diagnosd.sinks.metrics import Metrics
+from diagnosd.trees import RuleSet
 from tests.conftest import StartPrometheus
-from tests.serving import AT, counted, fleet, settings
+from tests.fakes.standin import StandIn
+from tests.serving import AT, counted, fleet, settings, wait_until
 
 PODS = ("vllm-0", "vllm-1", "vllm-2")
 SCOPES = [{"namespace": "prod", "pod": pod} for pod in PODS]
@@ -35,11 +37,15 @@ BATCH = Scope.among({"namespace": ["prod"], "pod": list(PODS)})
 
 @asynccontextmanager
 async def offloaded(config: Settings, metrics: Metrics) -> AsyncIterator[Offloaded]:
-    parting = Offloaded(compose.batch_diagnoser, config, metrics, lambda: AT, processes=1)
+    parting = Offloaded(compose.batch_diagnoser, config, rules(config), metrics, lambda: AT, processes=1)
     try:
         yield parting
     finally:
         await parting.close()
+
+
+def rules(config: Settings) -> RuleSet:
+    return compose.build(config, registry=CollectorRegistry()).rules.ruleset
 
 
 def gone(pid: int) -> bool:
@@ -59,7 +65,7 @@ async def test_a_batch_diagnosed_in_a_process_is_the_one_diagnosed_on_the_loop(
     prom = start_prometheus(fleet())
     config = settings(prom.url, tmp_path)
     here, there = Metrics(CollectorRegistry()), Metrics(CollectorRegistry())
-    async with compose.batch_diagnoser(config, here, lambda: AT) as diagnoser:
+    async with compose.batch_diagnoser(config, rules(config), here, lambda: AT) as diagnoser:
         on_loop = await OnLoop(diagnoser).parts("queue_backlog", BATCH, AT, SCOPES)
     async with offloaded(config, there) as parting:
         apart = await parting.parts("queue_backlog", BATCH, AT, SCOPES)
@@ -99,7 +105,7 @@ async def test_errors_cross_back_with_their_data_and_are_counted(tmp_path: Path)
     assert metrics.tree_errors.labels("queue_backlog", "unavailable")._value.get() == 1
 
 
-async def test_a_killed_process_fails_its_batch_and_the_next_one_is_diagnosed_by_a_new_one(
+async def test_a_process_killed_idle_costs_the_next_batch_nothing(
     tmp_path: Path, start_prometheus: StartPrometheus
 ) -> None:
     prom = start_prometheus(fleet())
@@ -108,19 +114,37 @@ async def test_a_killed_process_fails_its_batch_and_the_next_one_is_diagnosed_by
         [first] = parting.pids()
         os.kill(first, signal.SIGKILL)
         await asyncio.to_thread(wait_gone, first)
-        with pytest.raises(DiagnosisProcessLost) as lost:
-            await parting.parts("queue_backlog", BATCH, AT, SCOPES)
         again = await parting.parts("queue_backlog", BATCH, AT, SCOPES)
         [second] = parting.pids()
-    assert lost.value.symptom == "queue_backlog"
     assert second != first
+    assert [len(part.targets) for part in again] == [1, 1, 1]
+
+
+async def test_a_process_killed_mid_batch_fails_that_batch_and_the_next_is_diagnosed(
+    tmp_path: Path, start_prometheus: StartPrometheus
+) -> None:
+    prom = start_prometheus(fleet())
+    with StandIn(hang=True) as hanging:
+        metrics = Metrics(CollectorRegistry())
+        async with offloaded(settings(hanging.url, tmp_path), metrics) as parting:
+            batch = asyncio.create_task(parting.parts("queue_backlog", BATCH, AT, SCOPES))
+            # The child is diagnosing: it asked, and waits for the answer.
+            await asyncio.to_thread(wait_until, lambda: hanging.seen, 20, "the batch's first request")
+            [first] = parting.pids()
+            os.kill(first, signal.SIGKILL)
+            with pytest.raises(DiagnosisProcessLost) as lost:
+                await batch
+    async with offloaded(settings(prom.url, tmp_path), metrics) as parting:
+        again = await parting.parts("queue_backlog", BATCH, AT, SCOPES)
+    assert lost.value.symptom == "queue_backlog"
     assert [len(part.targets) for part in again] == [1, 1, 1]
 
 
 async def test_close_leaves_no_process_behind(tmp_path: Path, start_prometheus: StartPrometheus) -> None:
     prom = start_prometheus(fleet())
+    config = settings(prom.url, tmp_path)
     parting = Offloaded(
-        compose.batch_diagnoser, settings(prom.url, tmp_path), Metrics(CollectorRegistry()), lambda: AT, processes=2
+        compose.batch_diagnoser, config, rules(config), Metrics(CollectorRegistry()), lambda: AT, processes=2
     )
     await parting.parts("queue_backlog", BATCH, AT, SCOPES)
     pids = parting.pids()
