@@ -12,18 +12,19 @@ delivery, into a file. Printed for a bare ASGI app (the floor), the webhook rout
 with its log lines written behind and written inline on the event loop's thread, and
 `coalesce_window` 0s (each alert diagnosed on its own) and the default, the default with the batches
 diagnosed on the daemon's event loop (`webhook.processes: 0`) instead of in a process of their own,
-and both once more with Prometheus' threads at nice 19 (its CPU no longer taken from the daemon's:
-as if it answered from a machine of its own, as in production), medians over the repeats:
-deliveries/s, ack p50 / p99, deliveries refused (503), evaluations run, the time from the last
-delivery until every accepted alert is diagnosed, the CPU of the daemon, of its diagnosis processes
-and of Prometheus, and the diagnosis processes' peak memory. Then the cost of recording a delivery's
-new states: one transaction per delivery against one per alert; and of recording a coalesced batch's
-alerts once its evaluation is done (each alert's resolution looked up, its part of the diagnosis
-written with its finding link, its state marked done under its claim): one transaction per alert
-against one for the batch. `--records-only` runs these two tables alone (no Prometheus needed);
-`--postgres URL` adds the batch table on that PostgreSQL (an empty database or schema of its own).
-`--stalls` samples, while each diagnosing mode runs, where the daemon's event loop stalled over 20
-ms (bench/stalls.py) and prints the calls that held it, most samples first.
+the default with scheduler rounds running on the daemon's loop all through the storm, and the
+default and the on-loop modes once more with Prometheus' threads at nice 19 (its CPU no longer taken
+from the daemon's: as if it answered from a machine of its own, as in production), medians over the
+repeats: deliveries/s, ack p50 / p99, deliveries refused (503), evaluations run, the time from the
+last delivery until every accepted alert is diagnosed, the CPU of the daemon, of its diagnosis
+processes and of Prometheus, and the diagnosis processes' peak memory. Then the cost of recording a
+delivery's new states: one transaction per delivery against one per alert; and of recording a
+coalesced batch's alerts once its evaluation is done (each alert's resolution looked up, its part of
+the diagnosis written with its finding link, its state marked done under its claim): one transaction
+per alert against one for the batch. `--records-only` runs these two tables alone (no Prometheus
+needed); `--postgres URL` adds the batch table on that PostgreSQL (an empty database or schema of
+its own). `--stalls` samples, while each diagnosing mode runs, where the daemon's event loop stalled
+over 20 ms (bench/stalls.py) and prints the calls that held it, most samples first.
 """
 
 from __future__ import annotations
@@ -84,6 +85,9 @@ class Mode:
     prometheus_nice: int = 0
     # webhook.processes; None: the default (batches diagnosed in a process of their own).
     processes: int | None = None
+    # Scheduler rounds (every tree over every pod, on the daemon's event loop) run one after
+    # another for as long as the storm lasts, as a round due during an incident would.
+    rounds: bool = False
 
 
 MODES = {
@@ -95,6 +99,7 @@ MODES = {
     "coalesced, on loop": Mode(processes=0),
     "coalesced, prom nice": Mode(prometheus_nice=19),
     "on loop, prom nice": Mode(processes=0, prometheus_nice=19),
+    "coalesced, rounds": Mode(rounds=True),
 }
 
 
@@ -272,6 +277,8 @@ class Run:
     prometheus_cpu_s: float
     # The peak resident memory (VmHWM) of the largest diagnosis process.
     offloaded_mib: float
+    # Scheduler rounds completed while the storm came in (mode.rounds).
+    rounds: int = 0
 
 
 def cpu_seconds(pid: int | None) -> float:
@@ -281,6 +288,17 @@ def cpu_seconds(pid: int | None) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     ticks: int = os.sysconf("SC_CLK_TCK")
     return (int(fields[11]) + int(fields[12])) / ticks
+
+
+async def rounds_until_cancelled(services: Services) -> int:
+    """Scheduler rounds one after another until cancelled; how many completed."""
+    completed = 0
+    try:
+        while True:
+            await services.scheduler.run_round()
+            completed += 1
+    except asyncio.CancelledError:
+        return completed
 
 
 def peak_mib(pid: int) -> float:
@@ -340,7 +358,7 @@ async def run_once(
     serving = asyncio.create_task(server.serve())
     while not server.started:  # noqa: ASYNC110 - uvicorn offers a flag, not an event
         await asyncio.sleep(0.05)
-    evaluations, done, drain = 0, 0, 0.0
+    evaluations, done, drain, rounds_run = 0, 0, 0.0, 0
     stalls = Stalls() if args.stalls and mode.diagnose and not mode.floor else None
     if stalls is not None:
         stalls.start()
@@ -349,6 +367,7 @@ async def run_once(
         if services is not None and not mode.diagnose:
             await services.inbox.stop()  # the route alone: nothing diagnoses meanwhile
         cpu = time.process_time(), cpu_seconds(prometheus_pid)
+        rounds = asyncio.create_task(rounds_until_cancelled(services)) if services and mode.rounds else None
         generator = await asyncio.create_subprocess_exec(
             sys.executable,
             __file__,
@@ -360,6 +379,9 @@ async def run_once(
         )
         out, _ = await generator.communicate()
         load = json.loads(out)
+        if rounds is not None:
+            rounds.cancel()
+            rounds_run = await rounds
         if services is not None and mode.diagnose:
             start = time.perf_counter()
             await services.inbox.join()
@@ -396,6 +418,7 @@ async def run_once(
         offloaded_cpu_s=offloaded_cpu,
         prometheus_cpu_s=prometheus_cpu,
         offloaded_mib=offloaded_mib,
+        rounds=rounds_run,
     )
 
 
@@ -536,9 +559,9 @@ def main(args: argparse.Namespace) -> None:
         )
         columns = (
             *("mode", "deliv/s", "ack p50 ms", "ack p99 ms", "refused", "evaluations", "alerts done", "drain s"),
-            *("daemon cpu s", "offload cpu s", "prom cpu s", "offload MiB"),
+            *("daemon cpu s", "offload cpu s", "prom cpu s", "offload MiB", "rounds"),
         )
-        widths = (20, 8, 11, 11, 8, 12, 12, 8, 13, 14, 11, 12)
+        widths = (20, 8, 11, 11, 8, 12, 12, 8, 13, 14, 11, 12, 7)
         print(" ".join(f"{c:>{w}}" for c, w in zip(columns, widths, strict=True)))
         medians: dict[str, dict[str, float]] = {}
         for name, done in runs.items():
@@ -557,6 +580,7 @@ def main(args: argparse.Namespace) -> None:
                 f"{m['offloaded_cpu_s']:.1f}",
                 f"{m['prometheus_cpu_s']:.1f}",
                 f"{m['offloaded_mib']:.0f}",
+                f"{m['rounds']:.0f}",
             )
             print(" ".join(f"{c:>{w}}" for c, w in zip(cells, widths, strict=True)))
         if "per alert" in medians and "coalesced" in medians:
