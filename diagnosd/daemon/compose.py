@@ -250,6 +250,7 @@ async def open_services(runtime: Runtime) -> AsyncIterator[Services]:
                 runtime.clock,
                 processes=hook.processes,
                 circuit=source.circuit,
+                fallback=parting,
             )
         # Closed after the inbox has stopped (the exit stack runs backwards).
         stack.push_async_callback(parting.close)

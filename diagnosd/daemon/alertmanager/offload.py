@@ -33,13 +33,13 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from diagnosd.daemon.alertmanager.parts import cut
+from diagnosd.daemon.alertmanager.parts import Parting, cut
 from diagnosd.daemon.diagnoser import Diagnoser, Observer
 from diagnosd.daemon.settings import Settings
 from diagnosd.engine import Scope
@@ -135,6 +135,14 @@ class Answer:
     tally: Tally
 
 
+class _CannotStart(Exception):
+    """The executor or a process of it could not be made (no /dev/shm for its locks, fork refused)."""
+
+    def __init__(self, error: OSError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
 class Offloaded:
     """Parting (parts.py) in child processes."""
 
@@ -148,6 +156,7 @@ class Offloaded:
         *,
         processes: int,
         circuit: Circuit | None = None,
+        fallback: Parting | None = None,
         niceness: int = NICENESS,
     ) -> None:
         self._start = (build, settings, rules, niceness, logging.getLogger().getEffectiveLevel())
@@ -155,6 +164,10 @@ class Offloaded:
         self._clock = clock
         self._processes = processes
         self._circuit = circuit
+        # Where batches go once no process can be started here (no /dev/shm for the executor's
+        # locks, fork refused): the daemon's event loop, which diagnosed them before.
+        self._fallback = fallback
+        self._failed_start: OSError | None = None
         # Made at the first batch (its queues start multiprocessing's resource tracker, a process
         # of its own), as its processes are: a daemon that never gets an alert starts none.
         self._pool: ProcessPoolExecutor | None = None
@@ -169,16 +182,27 @@ class Offloaded:
     async def parts(
         self, symptom: str, scope: Scope, at: datetime, scopes: Sequence[Mapping[str, str]]
     ) -> list[Diagnosis]:
+        if self._failed_start is not None and self._fallback is not None:
+            return await self._fallback.parts(symptom, scope, at, scopes)
         ask = Ask(symptom, scope, at, self._clock(), tuple(dict(s) for s in scopes))
         # Raises CircuitOpen while the daemon's circuit is open; half-open, this batch is the probe.
         ticket = self._circuit.admit(None) if self._circuit is not None else None
         try:
-            answer = await self._send(ask)
+            pool, future = self._submit(ask)
+            try:
+                answer = await asyncio.wrap_future(future)
+            except BrokenProcessPool as error:  # it died diagnosing this batch
+                self._renew(pool, error)
+                raise DiagnosisProcessLost(symptom, str(error)) from None
         except BaseException as error:
             if ticket is not None and self._circuit is not None:
                 self._circuit.abandon(ticket)
-            if isinstance(error, BrokenProcessPool):
-                raise DiagnosisProcessLost(symptom, str(error)) from None
+            if isinstance(error, _CannotStart) and self._fallback is not None:
+                self._failed_start = error.error
+                log.error("alerts: cannot start a diagnosis process (%s); diagnosing on the event loop", error.error)
+                return await self._fallback.parts(symptom, scope, at, scopes)
+            if isinstance(error, _CannotStart):
+                raise error.error from None
             raise
         if ticket is not None and self._circuit is not None:
             answer.tally.settle(self._circuit, ticket)
@@ -187,18 +211,18 @@ class Offloaded:
             raise answer.error
         return list(answer.parts)
 
-    async def _send(self, ask: Ask) -> Answer:
-        pool = self._pool = self._pool or self._new_pool()
+    def _submit(self, ask: Ask) -> tuple[ProcessPoolExecutor, Future[Answer]]:
+        """The batch sent: the pool it went to, and its answer to come. Raises _CannotStart when no
+        process can be started here."""
         try:
-            future = pool.submit(_diagnose, ask)
-        except BrokenProcessPool as error:  # it died idle: this batch was never sent
-            pool = self._renew(pool, error)
-            future = pool.submit(_diagnose, ask)
-        try:
-            return await asyncio.wrap_future(future)
-        except BrokenProcessPool as error:  # it died diagnosing this batch
-            self._renew(pool, error)
-            raise
+            pool = self._pool = self._pool or self._new_pool()
+            try:
+                return pool, pool.submit(_diagnose, ask)
+            except BrokenProcessPool as error:  # it died idle: this batch was never sent
+                pool = self._renew(pool, error)
+                return pool, pool.submit(_diagnose, ask)
+        except OSError as error:
+            raise _CannotStart(error) from error
 
     def _renew(self, pool: ProcessPoolExecutor, error: BrokenProcessPool) -> ProcessPoolExecutor:
         """The pool after `pool` was found broken: a new one, started by the first batch to find it."""

@@ -13,11 +13,13 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 from prometheus_client import CollectorRegistry
 
 from diagnosd.daemon import compose
+from diagnosd.daemon.alertmanager import offload
 from diagnosd.daemon.alertmanager.offload import Offloaded
 from diagnosd.daemon.alertmanager.parts import OnLoop
 from diagnosd.daemon.settings.model import Settings
@@ -153,3 +155,43 @@ async def test_close_leaves_no_process_behind(tmp_path: Path, start_prometheus: 
     assert pids
     assert all(gone(pid) for pid in pids)
     assert time.monotonic() - started < timedelta(seconds=10).total_seconds()
+
+
+async def test_where_no_process_can_start_the_batches_are_diagnosed_on_the_loop(
+    tmp_path: Path, start_prometheus: StartPrometheus, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    tried: list[int] = []
+
+    def refused(*args: object, **kwargs: object) -> NoReturn:
+        tried.append(1)  # as the executor's locks fail where /dev/shm is missing or read-only
+        raise PermissionError(13, "Permission denied", "/dev/shm/sem.mp-1")
+
+    monkeypatch.setattr(offload, "ProcessPoolExecutor", refused)
+    prom = start_prometheus(fleet())
+    config = settings(prom.url, tmp_path)
+    async with compose.batch_diagnoser(config, rules(config), Metrics(CollectorRegistry()), lambda: AT) as diagnoser:
+        loop = OnLoop(diagnoser)
+        expected = await loop.parts("queue_backlog", BATCH, AT, SCOPES)
+        without = Offloaded(
+            compose.batch_diagnoser, config, rules(config), Metrics(CollectorRegistry()), lambda: AT, processes=1
+        )
+        with pytest.raises(PermissionError):
+            await without.parts("queue_backlog", BATCH, AT, SCOPES)
+        parting = Offloaded(
+            compose.batch_diagnoser,
+            config,
+            rules(config),
+            Metrics(CollectorRegistry()),
+            lambda: AT,
+            processes=1,
+            fallback=loop,
+        )
+        first = await parting.parts("queue_backlog", BATCH, AT, SCOPES)
+        second = await parting.parts("queue_backlog", BATCH, AT, SCOPES)
+        await parting.close()
+    assert first == second == expected
+    assert len(tried) == 2  # once for the one without a fallback, once for the other: not at every batch
+    assert parting.pids() == []
+    [logged] = [r for r in caplog.records if "cannot start a diagnosis process" in r.getMessage()]
+    assert logged.levelname == "ERROR"
+    assert "Permission denied" in logged.getMessage()
