@@ -281,7 +281,8 @@ class WebhookSettings(Section):
     # Batches diagnosed at once (each waits for Prometheus and then judges).
     workers: Annotated[int, Field(ge=1, le=64)] = 2
     # Processes of their own that diagnose the batches, so that a storm's diagnoses never hold the
-    # webhook's acks (alertmanager/offload.py); 0 diagnoses them on the daemon's event loop.
+    # webhook's acks (alertmanager/offload.py), each one batch at a time; 0 diagnoses them on the
+    # daemon's event loop.
     processes: Annotated[int, Field(ge=0, le=16)] = 1
     max_body_bytes: Annotated[int, Field(ge=1024)] = 4 * 1024 * 1024
     # A diagnosis that could not run (Prometheus down) is tried again this many times in all.
