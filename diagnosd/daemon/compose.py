@@ -331,16 +331,14 @@ def _daemon_diagnoser(
 
 @asynccontextmanager
 async def batch_diagnoser(
-    settings: Settings, ruleset: RuleSet, observer: Observer, clock: Callable[[], datetime]
+    settings: Settings, ruleset: RuleSet, observer: Observer, clock: Callable[[], datetime], circuit: Circuit
 ) -> AsyncIterator[Diagnoser]:
     """The Diagnoser of an alert batch's diagnosis process (alertmanager/offload.py): the daemon's,
     built again there from the same settings and the rules the daemon loaded, on an HTTP client of
-    its own. Its circuit only cuts a batch short once Prometheus fails it: the daemon's circuit
-    admits each batch and hears what its calls met."""
-    prometheus = settings.prometheus
-    async with prometheus_source(prometheus.config()) as source:
-        guard = Circuit(prometheus.circuit.policy(), redact(prometheus.url))
-        yield _daemon_diagnoser(settings, ruleset, CircuitSource(source, guard), observer, clock, time.monotonic)
+    its own, behind `circuit` (offload.Heard: it keeps what each call met, for the daemon's
+    circuit, which admitted the batch, to settle)."""
+    async with prometheus_source(settings.prometheus.config()) as source:
+        yield _daemon_diagnoser(settings, ruleset, CircuitSource(source, circuit), observer, clock, time.monotonic)
 
 
 PushSink = AlertmanagerSink | GrafanaSink

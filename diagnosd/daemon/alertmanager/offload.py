@@ -5,8 +5,8 @@ The daemon's event loop takes the deliveries; a batch's evaluation (its queries'
 every target judged, then cut into each alert's part) is CPU work of up to hundreds of ms at a
 thousand targets, and on the same loop it delayed every ack behind it (docs/benchmarks.md). Here
 it runs in `processes` spawned processes (a ProcessPoolExecutor), each with a Diagnoser built as
-the daemon's (compose.batch_diagnoser: the same rules, settings, circuit and deadline; a
-circuit of its own), its own HTTP client to Prometheus, and a lower CPU priority than the
+the daemon's (compose.batch_diagnoser: the same rules, settings and deadline), its own HTTP
+client to Prometheus, and a lower CPU priority than the
 daemon's: when the two want the same core, the acks come first. What crosses back is small: each
 alert's part of the diagnosis, and the self-metrics the child's Diagnoser reported (its queries,
 the diagnosis's outcome and time), which the daemon's metrics then count as their own.
@@ -14,9 +14,10 @@ the diagnosis's outcome and time), which the daemon's metrics then count as thei
 A child diagnoses with the rules the daemon loaded (sent along when it starts, never read again
 from disk), and the daemon's clock crosses with each batch (`now`), so that a child tells a live
 diagnosis from a post-mortem as the daemon would. The daemon's circuit stays the one that decides:
-a batch is sent only when it admits a call (open, the batch fails fast with CircuitOpen, as its
-queries would on the loop), and what the child's calls met is settled on it afterwards (a child's
-own circuit only cuts a batch short). A child that dies (killed, out of memory) fails its batch
+a batch is sent only when a process is free and the circuit admits a call (open, the batch fails
+fast with CircuitOpen, as its queries would on the loop); the child's circuit (Heard) lets the
+batch's calls through and keeps how each ended, and the daemon's circuit settles those in turn as
+the loop would have. A child that dies (killed, out of memory) fails its batch
 with DiagnosisProcessLost (retried as a Prometheus outage is) and the pool is started anew; one
 found dead before a batch is sent costs that batch nothing. A child ignores the stop signals a
 process group receives (the daemon stops it) and ends itself when the daemon is gone.
@@ -43,23 +44,24 @@ from diagnosd.daemon.alertmanager.parts import Parting, cut
 from diagnosd.daemon.diagnoser import Diagnoser, Observer
 from diagnosd.daemon.settings import Settings
 from diagnosd.engine import Scope
-from diagnosd.errors import CircuitOpen, DeadlineExceeded, DiagnosdError, DiagnosisProcessLost, SourceError
+from diagnosd.errors import CircuitOpen, DiagnosdError, DiagnosisProcessLost, SourceError
 from diagnosd.findings.lifecycle import Trigger
 from diagnosd.findings.model import Diagnosis
 from diagnosd.logs import in_child
 from diagnosd.moments import Clock
-from diagnosd.sources.circuit import Circuit, Ticket
+from diagnosd.sources.circuit import Circuit, Policy, Ticket
 from diagnosd.trees import RuleSet
+from diagnosd.urls import redact
 
 log = logging.getLogger(__name__)
 
 # Builds a child's Diagnoser from the settings and the daemon's rules, reporting to the observer,
-# on the given clock: a module-level function (compose.batch_diagnoser), since it crosses to the
-# child by its name.
-Builder = Callable[[Settings, RuleSet, Observer, Clock], AbstractAsyncContextManager[Diagnoser]]
+# on the given clock, behind the given circuit: a module-level function (compose.batch_diagnoser),
+# since it crosses to the child by its name.
+Builder = Callable[[Settings, RuleSet, Observer, Clock, Circuit], AbstractAsyncContextManager[Diagnoser]]
 # How much lower a child's CPU priority is than the daemon's (nice(2) increments).
 NICENESS = 10
-# How long a child still diagnosing at shutdown is given before it is terminated.
+# How long a child still diagnosing at shutdown is given before it is killed.
 STOP_WAIT = 5.0
 
 
@@ -69,6 +71,9 @@ class Tally:
 
     queries: list[tuple[str, float, SourceError | None]] = field(default_factory=list)
     diagnoses: list[tuple[str, str, str, float, tuple[SourceError, ...], datetime | None]] = field(default_factory=list)
+    # What each call that reached the child's circuit met, in order (Heard): the daemon's circuit
+    # settles these, not what the meter saw (a cached lookup, a call the deadline kept back).
+    heard: list[Call] = field(default_factory=list)
 
     def trees_loaded(self, symptoms: Iterable[str]) -> None:
         return None  # the daemon's own metrics were given every tree when it started
@@ -89,8 +94,8 @@ class Tally:
 
     def taken(self) -> Tally:
         """What was reported since the last call, leaving this tally empty."""
-        out = Tally(self.queries, self.diagnoses)
-        self.queries, self.diagnoses = [], []
+        out = Tally(self.queries, self.diagnoses, self.heard)
+        self.queries, self.diagnoses, self.heard = [], [], []
         return out
 
     def replay(self, to: Observer, now: datetime) -> None:
@@ -102,21 +107,49 @@ class Tally:
             to.diagnosed(symptom, trigger, outcome, seconds, errors, now if succeeded is not None else None)
 
     def settle(self, circuit: Circuit, ticket: Ticket) -> None:
-        """What the child's calls met, on the daemon's circuit, under the ticket that let the batch
-        go. A call the child's own circuit refused never reached Prometheus and proves nothing (a
-        batch of nothing else gives its ticket up, as a cancelled call does); one its deadline cut
-        off counts as the loop counts it, a timeout."""
-        heard = False
-        for _, _, error in self.queries:
-            if isinstance(error, CircuitOpen):
-                continue
-            heard = True
-            if isinstance(error, DeadlineExceeded):
-                circuit.cut_off(ticket, error.query)
-            else:
-                circuit.settle(ticket, error)
-        if not heard:
+        """The batch's calls on the daemon's circuit, as the loop would have settled them: the
+        first under the ticket that let the batch go, each later one admitted in turn (once the
+        circuit opens, the loop would have refused the rest: they are not heard). A batch none of
+        whose calls reached Prometheus gives its ticket up, as a cancelled call does."""
+        if not self.heard:
             circuit.abandon(ticket)
+            return
+        for n, (query, error, vouches, abandoned) in enumerate(self.heard):
+            if n:
+                try:
+                    ticket = circuit.admit(query)
+                except CircuitOpen:
+                    return
+            if abandoned:
+                circuit.abandon(ticket)
+            else:
+                circuit.settle(ticket, error, vouches=vouches)
+
+
+# One call as the child's circuit saw it end: (query, error, vouches, abandoned).
+Call = tuple[str | None, SourceError | None, bool, bool]
+
+
+class Heard(Circuit):
+    """A child's circuit: it lets every call of its batch through (the daemon's circuit decided
+    when it sent the batch, and settles what they met afterwards) and keeps how each ended, cut
+    off by the deadline included (Circuit.cut_off settles a timeout)."""
+
+    def __init__(self, url: str, tally: Tally) -> None:
+        super().__init__(Policy(), url)
+        self._tally = tally
+        self._queries: dict[int, str | None] = {}
+
+    def admit(self, query: str | None) -> Ticket:
+        ticket = Ticket(len(self._queries), probe=False)
+        self._queries[ticket.generation] = query
+        return ticket
+
+    def settle(self, ticket: Ticket, error: SourceError | None, *, vouches: bool = True) -> None:
+        self._tally.heard.append((self._queries.pop(ticket.generation, None), error, vouches, False))
+
+    def abandon(self, ticket: Ticket) -> None:
+        self._tally.heard.append((self._queries.pop(ticket.generation, None), None, True, True))
 
 
 @dataclass(frozen=True)
@@ -164,6 +197,9 @@ class Offloaded:
         self._clock = clock
         self._processes = processes
         self._circuit = circuit
+        # A batch is admitted by the circuit only once a process is free to take it: one waiting
+        # in the pool would hold a ticket taken before the circuit last changed.
+        self._free = asyncio.Semaphore(processes)
         # Where batches go once no process can be started here (no /dev/shm for the executor's
         # locks, fork refused): the daemon's event loop, which diagnosed them before.
         self._fallback = fallback
@@ -184,6 +220,14 @@ class Offloaded:
     ) -> list[Diagnosis]:
         if self._failed_start is not None and self._fallback is not None:
             return await self._fallback.parts(symptom, scope, at, scopes)
+        async with self._free:
+            return await self._parts(symptom, scope, at, scopes)
+
+    async def _parts(
+        self, symptom: str, scope: Scope, at: datetime, scopes: Sequence[Mapping[str, str]]
+    ) -> list[Diagnosis]:
+        if self._failed_start is not None and self._fallback is not None:
+            return await self._fallback.parts(symptom, scope, at, scopes)
         ask = Ask(symptom, scope, at, self._clock(), tuple(dict(s) for s in scopes))
         # Raises CircuitOpen while the daemon's circuit is open; half-open, this batch is the probe.
         ticket = self._circuit.admit(None) if self._circuit is not None else None
@@ -192,14 +236,16 @@ class Offloaded:
             try:
                 answer = await asyncio.wrap_future(future)
             except BrokenProcessPool as error:  # it died diagnosing this batch
-                self._renew(pool, error)
+                try:
+                    self._renew(pool, error)
+                except OSError as cannot:  # and no other can start: the next batches go to the loop
+                    self._cannot_start(cannot)
                 raise DiagnosisProcessLost(symptom, str(error)) from None
         except BaseException as error:
             if ticket is not None and self._circuit is not None:
                 self._circuit.abandon(ticket)
             if isinstance(error, _CannotStart) and self._fallback is not None:
-                self._failed_start = error.error
-                log.error("alerts: cannot start a diagnosis process (%s); diagnosing on the event loop", error.error)
+                self._cannot_start(error.error)
                 return await self._fallback.parts(symptom, scope, at, scopes)
             if isinstance(error, _CannotStart):
                 raise error.error from None
@@ -210,6 +256,12 @@ class Offloaded:
         if answer.error is not None:
             raise answer.error
         return list(answer.parts)
+
+    def _cannot_start(self, error: OSError) -> None:
+        if self._fallback is None:
+            return
+        self._failed_start = error
+        log.error("alerts: cannot start a diagnosis process (%s); diagnosing on the event loop", error)
 
     def _submit(self, ask: Ask) -> tuple[ProcessPoolExecutor, Future[Answer]]:
         """The batch sent: the pool it went to, and its answer to come. Raises _CannotStart when no
@@ -252,9 +304,9 @@ def _stop(pool: ProcessPoolExecutor) -> None:
     for process in processes:
         process.join(max(deadline - time.monotonic(), 0.0))
     for process in processes:
-        if process.is_alive():
-            process.terminate()
-            process.join()
+        if process.is_alive():  # it ignores SIGTERM (the process group's): killed
+            process.kill()
+            process.join(STOP_WAIT)
 
 
 def _processes(pool: ProcessPoolExecutor) -> list[multiprocessing.process.BaseProcess]:
@@ -295,9 +347,10 @@ def _start(build: Builder, settings: Settings, rules: RuleSet, niceness: int, le
             raise RuntimeError("a diagnosis process asked the time outside a batch")
         return child.now
 
-    built = build(settings, rules, child.tally, clock)
+    built = build(settings, rules, child.tally, clock, Heard(redact(settings.prometheus.url), child.tally))
     child.diagnoser = child.loop.run_until_complete(child.stack.enter_async_context(built))
     _child = child
+    log.info("diagnosis process %d started: %d trees, nice +%d", os.getpid(), len(rules.trees), niceness)
 
 
 def _end_with_the_daemon() -> None:

@@ -27,6 +27,7 @@ from diagnosd.engine import Scope
 from diagnosd.errors import DiagnosisProcessLost, SourceUnavailable, UnknownSymptom
 from diagnosd.promlocal import free_port
 from diagnosd.sinks.metrics import Metrics
+from diagnosd.sources.circuit import Circuit, Policy
 from diagnosd.trees import RuleSet
 from tests.conftest import StartPrometheus
 from tests.fakes.standin import StandIn
@@ -67,7 +68,9 @@ async def test_a_batch_diagnosed_in_a_process_is_the_one_diagnosed_on_the_loop(
     prom = start_prometheus(fleet())
     config = settings(prom.url, tmp_path)
     here, there = Metrics(CollectorRegistry()), Metrics(CollectorRegistry())
-    async with compose.batch_diagnoser(config, rules(config), here, lambda: AT) as diagnoser:
+    async with compose.batch_diagnoser(
+        config, rules(config), here, lambda: AT, Circuit(Policy(), config.prometheus.url)
+    ) as diagnoser:
         on_loop = await OnLoop(diagnoser).parts("queue_backlog", BATCH, AT, SCOPES)
     async with offloaded(config, there) as parting:
         apart = await parting.parts("queue_backlog", BATCH, AT, SCOPES)
@@ -169,7 +172,9 @@ async def test_where_no_process_can_start_the_batches_are_diagnosed_on_the_loop(
     monkeypatch.setattr(offload, "ProcessPoolExecutor", refused)
     prom = start_prometheus(fleet())
     config = settings(prom.url, tmp_path)
-    async with compose.batch_diagnoser(config, rules(config), Metrics(CollectorRegistry()), lambda: AT) as diagnoser:
+    async with compose.batch_diagnoser(
+        config, rules(config), Metrics(CollectorRegistry()), lambda: AT, Circuit(Policy(), config.prometheus.url)
+    ) as diagnoser:
         loop = OnLoop(diagnoser)
         expected = await loop.parts("queue_backlog", BATCH, AT, SCOPES)
         without = Offloaded(

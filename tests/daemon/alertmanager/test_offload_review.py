@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import re
 import shutil
@@ -259,22 +260,27 @@ async def test_an_offloaded_alert_shows_on_metrics_as_one_diagnosed_on_the_loop(
 
 
 async def test_the_processes_lines_are_written_as_the_daemons(
-    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.INFO)  # the level a process takes from the daemon when it starts
     with StandIn() as prometheus:
         config = settings(prometheus.url, tmp_path, webhook={"processes": 1})
         async with serve(build(config)) as (client, services):
             await client.post(WEBHOOK, json=FIRING)
             await services.inbox.join()
             [pid] = offloaded(services).pids()
-    # The process's circuit opened on the 503 with Retry-After and said so on stderr (the daemon's
-    # own records go to pytest's handler here, never to the file descriptor).
-    lines = [line for line in capfd.readouterr().err.splitlines() if "diagnosd.sources.circuit" in line]
+    # The process said it started, on stderr (the daemon's own records go to pytest's handler
+    # here, never to the file descriptor), in the daemon's format, and the HTTP loggers kept quiet.
+    err = capfd.readouterr().err.splitlines()
+    lines = [line for line in err if "diagnosd.daemon.alertmanager.offload" in line]
     assert pid != os.getpid()
     assert len(lines) == 1, lines
     assert re.match(
-        r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} WARNING diagnosd\.sources\.circuit: Prometheus circuit open", lines[0]
+        rf"\d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d,\d{{3}} INFO diagnosd\.daemon\.alertmanager\.offload: "
+        rf"diagnosis process {pid} started: {len(services.diagnoser.ruleset.trees)} trees, nice \+10$",
+        lines[0],
     )
+    assert not [line for line in err if "httpx" in line]
 
 
 # The daemon's clock: a tree's last success is when its diagnosis completed, as the loop stamps it
