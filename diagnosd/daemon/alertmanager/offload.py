@@ -65,6 +65,10 @@ NICENESS = 10
 STOP_WAIT = 5.0
 
 
+# One call as the child's circuit saw it end: (query, error, vouches, abandoned).
+Call = tuple[str | None, SourceError | None, bool, bool]
+
+
 @dataclass
 class Tally:
     """The Observer of a child's Diagnoser: what it reported, sent back with each answer."""
@@ -124,10 +128,6 @@ class Tally:
                 circuit.abandon(ticket)
             else:
                 circuit.settle(ticket, error, vouches=vouches)
-
-
-# One call as the child's circuit saw it end: (query, error, vouches, abandoned).
-Call = tuple[str | None, SourceError | None, bool, bool]
 
 
 class Heard(Circuit):
