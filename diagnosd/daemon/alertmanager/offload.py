@@ -40,12 +40,11 @@ from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from diagnosd.daemon.alertmanager.parts import Parting, cut
+from diagnosd.daemon.alertmanager.parts import OnLoop, Parting
 from diagnosd.daemon.diagnoser import Diagnoser, Observer
 from diagnosd.daemon.settings import Settings
 from diagnosd.engine import Scope
 from diagnosd.errors import CircuitOpen, DiagnosdError, DiagnosisProcessLost, SourceError
-from diagnosd.findings.lifecycle import Trigger
 from diagnosd.findings.model import Diagnosis
 from diagnosd.logs import in_child
 from diagnosd.moments import Clock
@@ -65,8 +64,8 @@ NICENESS = 10
 STOP_WAIT = 5.0
 
 
-# One call as the child's circuit saw it end: (query, error, vouches, abandoned).
-Call = tuple[str | None, SourceError | None, bool, bool]
+# One call as the child's circuit saw it end: (error, vouches, abandoned).
+Call = tuple[SourceError | None, bool, bool]
 
 
 @dataclass
@@ -118,10 +117,10 @@ class Tally:
         if not self.heard:
             circuit.abandon(ticket)
             return
-        for n, (query, error, vouches, abandoned) in enumerate(self.heard):
+        for n, (error, vouches, abandoned) in enumerate(self.heard):
             if n:
                 try:
-                    ticket = circuit.admit(query)
+                    ticket = circuit.admit(None)
                 except CircuitOpen:
                     return
             if abandoned:
@@ -138,18 +137,15 @@ class Heard(Circuit):
     def __init__(self, url: str, tally: Tally) -> None:
         super().__init__(Policy(), url)
         self._tally = tally
-        self._queries: dict[int, str | None] = {}
 
     def admit(self, query: str | None) -> Ticket:
-        ticket = Ticket(len(self._queries), probe=False)
-        self._queries[ticket.generation] = query
-        return ticket
+        return Ticket(0, probe=False)
 
     def settle(self, ticket: Ticket, error: SourceError | None, *, vouches: bool = True) -> None:
-        self._tally.heard.append((self._queries.pop(ticket.generation, None), error, vouches, False))
+        self._tally.heard.append((error, vouches, False))
 
     def abandon(self, ticket: Ticket) -> None:
-        self._tally.heard.append((self._queries.pop(ticket.generation, None), None, True, True))
+        self._tally.heard.append((None, True, True))
 
 
 @dataclass(frozen=True)
@@ -323,7 +319,8 @@ class _Child:
     loop: asyncio.AbstractEventLoop
     tally: Tally
     now: datetime | None = None
-    diagnoser: Diagnoser | None = None
+    # Diagnoses a batch as the daemon's loop does with no process (parts.OnLoop).
+    parting: OnLoop | None = None
     # Holds the Diagnoser's HTTP client open for the process's life.
     stack: AsyncExitStack = field(default_factory=AsyncExitStack)
 
@@ -348,7 +345,7 @@ def _start(build: Builder, settings: Settings, rules: RuleSet, niceness: int, le
         return child.now
 
     built = build(settings, rules, child.tally, clock, Heard(redact(settings.prometheus.url), child.tally))
-    child.diagnoser = child.loop.run_until_complete(child.stack.enter_async_context(built))
+    child.parting = OnLoop(child.loop.run_until_complete(child.stack.enter_async_context(built)))
     _child = child
     log.info("diagnosis process %d started: %d trees, nice +%d", os.getpid(), len(rules.trees), niceness)
 
@@ -370,16 +367,11 @@ def _end_with_the_daemon() -> None:
 
 def _diagnose(ask: Ask) -> Answer:
     child = _child
-    if child is None or child.diagnoser is None:
+    if child is None or child.parting is None:
         raise RuntimeError("a diagnosis process that was not started")
     child.now = ask.now
     try:
-        parts = child.loop.run_until_complete(_parts(child.diagnoser, ask))
+        parts = child.loop.run_until_complete(child.parting.parts(ask.symptom, ask.scope, ask.at, ask.scopes))
         return Answer(tuple(parts), None, child.tally.taken())
     except DiagnosdError as error:
         return Answer((), error, child.tally.taken())
-
-
-async def _parts(diagnoser: Diagnoser, ask: Ask) -> list[Diagnosis]:
-    looked = await diagnoser.diagnose(diagnoser.tree(ask.symptom), ask.scope, ask.at, Trigger.ALERT)
-    return await cut(looked.diagnosis, ask.scopes, turn=False)

@@ -36,7 +36,8 @@ class Parting(Protocol):
 
 
 class OnLoop:
-    """Diagnoses on the daemon's own event loop (a source injected into this process; 0 processes)."""
+    """Diagnoses on the event loop it runs on: the daemon's (a source injected into this process;
+    0 processes), or a diagnosis process's own (offload.py)."""
 
     def __init__(self, diagnoser: Diagnoser) -> None:
         self._diagnoser = diagnoser
@@ -46,17 +47,12 @@ class OnLoop:
     ) -> list[Diagnosis]:
         tree = self._diagnoser.tree(symptom)
         looked = await self._diagnoser.diagnose(tree, scope, at, Trigger.ALERT)
-        return await cut(looked.diagnosis, scopes, turn=True)
+        parts: list[Diagnosis] = []
+        for done, alert in enumerate(scopes, 1):
+            parts.append(part(looked.diagnosis, alert))
+            if done % PART_SLICE == 0:
+                await asyncio.sleep(0)  # the webhook is served in between
+        return parts
 
     async def close(self) -> None:
         return None
-
-
-async def cut(diagnosis: Diagnosis, scopes: Sequence[Mapping[str, str]], *, turn: bool) -> list[Diagnosis]:
-    """Each scope's part of `diagnosis`; `turn`: let the event loop serve others between slices."""
-    parts: list[Diagnosis] = []
-    for done, scope in enumerate(scopes, 1):
-        parts.append(part(diagnosis, scope))
-        if turn and done % PART_SLICE == 0:
-            await asyncio.sleep(0)
-    return parts

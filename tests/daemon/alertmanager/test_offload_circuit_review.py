@@ -368,11 +368,11 @@ def test_a_batch_admitted_before_the_circuit_changed_is_not_heard() -> None:
     circuit = Circuit(Policy(failures=1, cooldown=1.0), URL, clock=lambda: now[0], rand=lambda: 0.0)
     slow = circuit.admit(None)  # a batch diagnosing for long
     fast = circuit.admit(None)  # another worker's batch
-    failed = Tally(heard=[("up", DOWN, True, False)])
+    failed = Tally(heard=[(DOWN, True, False)])
     failed.settle(circuit, fast)  # opens it
     now[0] = 2.0
     probe = circuit.admit(None)
-    Tally(heard=[(None, None, True, False)]).settle(circuit, probe)  # answered: closed
+    Tally(heard=[(None, True, False)]).settle(circuit, probe)  # answered: closed
     failed.settle(circuit, slow)
     assert brief(circuit.status()) == (State.CLOSED, 0, 0)
 
