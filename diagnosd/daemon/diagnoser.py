@@ -14,6 +14,7 @@ from enum import StrEnum
 from typing import Protocol
 
 from diagnosd.engine import Looking, Scope
+from diagnosd.engine.narrowed import diagnose_narrowed
 from diagnosd.engine.triage import triage
 from diagnosd.errors import SourceError, SourceTimeout, SourceUnavailable, UnknownSymptom
 from diagnosd.findings.lifecycle import Trigger
@@ -113,16 +114,22 @@ class Diagnoser:
         trigger: Trigger,
         overrides: Mapping[str, float | str] | None = None,
         source: QuerySource | None = None,
+        *,
+        narrowed: bool = False,
     ) -> Looked:
         """`overrides`: this call's tree params, over the configured ones. `source`: read there
-        instead of the shared source (a round's memo around it), metered the same."""
+        instead of the shared source (a round's memo around it), metered the same. `narrowed`:
+        walk the tree only where the symptom is not clear (engine/narrowed.py), as rounds do."""
         source = MeteredSource(self._bounded(source or self._source), self._metrics.query if self._metrics else None)
         evaluator = self.looking.evaluator(source)
         start = time.perf_counter()
         outcome = Outcome.ERROR
         try:
             params = {**self._params.get(tree.id, {}), **(overrides or {})}
-            diagnosis = await evaluator.diagnose(tree, scope, at, params)
+            if narrowed:
+                diagnosis = await diagnose_narrowed(evaluator, tree, scope, at, params)
+            else:
+                diagnosis = await evaluator.diagnose(tree, scope, at, params)
             if source.errors and not diagnosis.targets:
                 raise blindness(source.errors)
             looked = Looked(diagnosis, tuple(source.errors))

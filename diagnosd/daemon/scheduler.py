@@ -24,7 +24,7 @@ from apscheduler.triggers.interval import IntervalTrigger
 from diagnosd.daemon.alertmanager.inbox import Inbox
 from diagnosd.daemon.alertmanager.memory import DeliveryMemory
 from diagnosd.daemon.diagnoser import Diagnoser, Outcome
-from diagnosd.daemon.settings.model import Settings
+from diagnosd.daemon.settings.model import Settings, Walk
 from diagnosd.engine import Scope
 from diagnosd.errors import SourceError, StoreError
 from diagnosd.findings.lifecycle import Trigger
@@ -145,7 +145,10 @@ class Scheduler:
     ) -> Outcome:
         async with limit:
             try:
-                looked = await self._diagnoser.diagnose(tree, scope, at, Trigger.ROUND, source=source)
+                narrowed = self._settings.scheduler.walk is Walk.NARROWED
+                looked = await self._diagnoser.diagnose(
+                    tree, scope, at, Trigger.ROUND, source=source, narrowed=narrowed
+                )
                 self._tracker.record(
                     looked.diagnosis,
                     trigger=Trigger.ROUND,

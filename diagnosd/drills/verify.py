@@ -74,7 +74,7 @@ def verify(
         work = workdir or Path(tmp)
         tsdb = backfilled(scenarios, rules, work, anchor=anchor, seed=seed, parallel=processes != 1)
         with LocalPrometheus(work / "prometheus", tsdb=tsdb) as prom:
-            return asyncio.run(_evaluate(prom.url, scenarios, rules, anchor))
+            return asyncio.run(evaluate(prom.url, scenarios, rules, anchor))
 
 
 def backfilled(
@@ -157,7 +157,11 @@ def trees_for(scenario: Scenario, rules: compose.Rules) -> list[Tree]:
     return [tree for s in symptoms if (tree := rules.ruleset.tree(s)) is not None]
 
 
-async def _evaluate(url: str, scenarios: Iterable[Scenario], rules: compose.Rules, anchor: float) -> list[Finding]:
+async def evaluate(
+    url: str, scenarios: Iterable[Scenario], rules: compose.Rules, anchor: float, *, narrowed: bool = False
+) -> list[Finding]:
+    """Judge every scenario's expectations on the Prometheus at `url` (holding `backfilled`).
+    `narrowed`: each tree walked where its symptom is not clear, as rounds walk it."""
     from datetime import UTC, datetime
 
     at = datetime.fromtimestamp(anchor, UTC)
@@ -168,7 +172,8 @@ async def _evaluate(url: str, scenarios: Iterable[Scenario], rules: compose.Rule
 
         async def one(scenario: Scenario, tree: Tree) -> list[Finding]:
             async with limit:
-                looked = await diagnoser.diagnose(tree, Scope.of({LABEL: scenario.name or "?"}), at, Trigger.CLI)
+                scope = Scope.of({LABEL: scenario.name or "?"})
+                looked = await diagnoser.diagnose(tree, scope, at, Trigger.CLI, narrowed=narrowed)
             finding = judge(scenario, tree, looked.diagnosis, anchor)
             for error in looked.errors:  # a query that failed is a broken drill, not an unknown to accept
                 finding[0].problems.append(f"a query failed: {error}")

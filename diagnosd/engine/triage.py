@@ -27,8 +27,9 @@ from datetime import UTC, datetime
 
 from diagnosd.engine import params as P
 from diagnosd.engine.evaluator import Looking
+from diagnosd.engine.narrowed import detect_only, walked_scope
 from diagnosd.engine.scope import Scope
-from diagnosd.errors import QueryRejected, ScopeError, SourceError, SourceTimeout, SourceUnavailable
+from diagnosd.errors import QueryRejected, SourceError, SourceTimeout, SourceUnavailable
 from diagnosd.findings import triage as T
 from diagnosd.findings.model import Diagnosis, Reason, TargetDiagnosis
 from diagnosd.sources.base import QuerySource, Sample, declared_types
@@ -142,7 +143,7 @@ async def _look(
     recorder = _Recorder(source)
     evaluator = looking.evaluator(recorder)
     try:
-        detected = await evaluator.diagnose(_detect_only(tree), scope, at, overrides)
+        detected = await evaluator.diagnose(detect_only(tree), scope, at, overrides)
     except SourceError as error:
         look.failed = error
         return look
@@ -172,7 +173,7 @@ async def _look(
     full: Diagnosis | None = None
     try:
         walk = looking.evaluator(walker)
-        full = await walk.diagnose(tree, _walked_scope(scope, matched, looking.strict_labels), at, overrides)
+        full = await walk.diagnose(tree, walked_scope(scope, matched, looking.strict_labels), at, overrides)
     except SourceError as error:
         look.walk_failed = error
     else:
@@ -183,22 +184,6 @@ async def _look(
     walked = {_key(tree, t.labels): t for t in full.targets} if full else {}
     look.hits = tuple(sorted((_hit(t, walked.get(_key(tree, t.labels))) for t in matched), key=_hit_order))
     return look
-
-
-def _walked_scope(scope: Scope, matched: Sequence[TargetDiagnosis], strict: Collection[str] = ()) -> Scope:
-    """The scope narrowed to the present targets; as it was where a target's label value cannot
-    be a scope's (longer than any real one, not unicode), so that the walk still runs. A strict
-    label is never narrowed: its matcher goes on every series, the peers and joins a check reads
-    beside the target too, which would then be cut to the present targets' values."""
-    try:
-        return scope.narrowed([{k: v for k, v in t.labels.items() if k not in strict} for t in matched])
-    except ScopeError:
-        return scope
-
-
-def _detect_only(tree: Tree) -> Tree:
-    """The tree with its detect alone: no checks, no traffic gate (a copy; the tree is untouched)."""
-    return tree.model_copy(update={"nodes": [], "traffic": None})
 
 
 def _key(tree: Tree, labels: Mapping[str, str]) -> Key:

@@ -148,6 +148,8 @@ class Tracker:
         seen = {labels_key(t.labels) for t in diagnosis.targets}
         if diagnosis.fleet:
             seen.add(labels_key(fleet_labels(diagnosis)))
+        if holding:
+            seen |= self._clear_where_absent(diagnosis, now, changed, forgotten)
         if complete_scope is not None:
             for f in self._active.values():
                 if f.symptom == diagnosis.symptom and labels_key(f.labels) not in seen and _within(f, complete_scope):
@@ -161,6 +163,22 @@ class Tracker:
                 if s.symptom == diagnosis.symptom and key[1] not in seen and _within_labels(s.labels, complete_scope)
             ]
         return changed, forgotten, states, removed
+
+    def _clear_where_absent(
+        self, diagnosis: Diagnosis, now: datetime, changed: dict[str, Finding], forgotten: list[Finding]
+    ) -> set[str]:
+        """Where the symptom is not there no cause holds: every finding still active on a target
+        where it is clear ends, whatever checks the diagnosis walked there (a narrowed round walks
+        none), and a fleet-level one ends where it is clear on every target. Returns the keys of
+        the labels it looked at, the fleet's included (seen: not gone)."""
+        absent = {labels_key(t.labels) for t in diagnosis.targets if t.symptom_present is False}
+        if absent and len(absent) == len(diagnosis.targets):
+            absent.add(labels_key(fleet_labels(diagnosis)))
+        handled = changed.keys() | {f.fingerprint for f in forgotten}
+        for f in list(self._active.values()):
+            if f.symptom == diagnosis.symptom and f.fingerprint not in handled and labels_key(f.labels) in absent:
+                self._resolve(f, now, ResolvedBy.CLEAR, changed, forgotten)
+        return absent
 
     def _refresh(self, symptom: str | None) -> None:
         """The active findings (of one symptom, or all) as the store holds them now: another

@@ -52,6 +52,35 @@ async def test_a_round_records_findings_where_the_symptom_holds(fleet_url: str, 
     assert 'diagnosd_symptom_active{namespace="prod",pod="vllm-1",symptom="queue_backlog"}' not in metrics
 
 
+async def test_a_narrowed_round_finds_what_the_whole_round_finds(fleet_url: str, tmp_path: Path) -> None:
+    """Rounds walk each tree where its symptom is not clear (the default): the same findings and
+    symptoms as the whole walk, every clear target's detect value; its other checks' values are
+    what the whole walk adds. Every tree of the fleet, so that each clear target is met."""
+    seen: dict[str, tuple[object, ...]] = {}
+    for walk in ("whole", "narrowed"):
+        config = settings(fleet_url, tmp_path / walk, scheduler={"walk": walk, "symptoms": []})
+        async with serve(build(config)) as (client, services):
+            result = await services.scheduler.run_round()
+            findings = (await client.get("/findings")).json()["findings"]
+            metrics = (await client.get("/metrics")).text.splitlines()
+        seen[walk] = (
+            result.outcome,
+            sorted((f["symptom"], f["cause"], str(sorted(f["labels"].items())), f["state"]) for f in findings),
+            sorted(line for line in metrics if line.startswith("diagnosd_symptom_active{")),
+            {line for line in metrics if line.startswith("diagnosd_check_value{")},
+        )
+    whole, narrowed = seen["whole"], seen["narrowed"]
+    assert narrowed[:3] == whole[:3]
+    assert whole[0] == "ok"
+    assert len(whole[1]) >= 2  # not vacuous: the fleet's faults were found
+    detects = {line for line in whole[3] if 'check="detect"' in line}
+    assert detects <= narrowed[3] < whole[3]
+    # A clear target (vllm-1 has no backlog) keeps its detect and loses its branches' values.
+    clear = [line for line in whole[3] if 'pod="vllm-1"' in line and 'symptom="queue_backlog"' in line]
+    assert any('check="detect"' not in line for line in clear)
+    assert [line for line in clear if line in narrowed[3]] == [line for line in clear if 'check="detect"' in line]
+
+
 async def test_for_keeps_round_findings_pending_until_it_has_passed(fleet_url: str, tmp_path: Path) -> None:
     now = [AT]
     config = settings(fleet_url, tmp_path, findings={"for": "1m"}, scheduler={"symptoms": ["queue_backlog"]})

@@ -4,17 +4,18 @@ resolution, and the memory of a restart (a new Tracker on the same store)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
 from diagnosd.findings.lifecycle import Finding, ResolvedBy, State, Trigger
-from diagnosd.findings.model import Verdict
+from diagnosd.findings.model import TargetDiagnosis, Verdict
 from diagnosd.findings.store import FindingQuery, Store
 from diagnosd.findings.target import TargetState
 from diagnosd.findings.tracker import Recording, Tracker
-from tests.findings.builders import AT, clear, diagnosis, fleetwide, holding, unknown
+from tests.findings.builders import AT, clear, diagnosis, fleetwide, holding, target, unknown
 from tests.postgres import LocalPostgres
 
 ZERO = timedelta(0)
@@ -151,6 +152,44 @@ def test_a_fleet_level_finding_fires_and_a_complete_round_does_not_call_it_gone(
         fleetwide(True, Verdict.CLEAR), trigger=Trigger.ROUND, now=end, for_=ZERO, complete_scope={}
     )
     assert [f.state for f in cleared] == [State.RESOLVED]
+
+
+def absent(pod: str = "vllm-0") -> TargetDiagnosis:
+    """The symptom clear on `pod`, its checks not walked (a narrowed round's clear target)."""
+    return replace(target(pod, False, []), detect=replace(target(pod, False, []).detect, verdict=Verdict.CLEAR))
+
+
+def test_a_target_where_the_symptom_is_clear_ends_its_findings_whatever_was_walked(store: Store) -> None:
+    tracker = Tracker(store)
+    assert record(tracker, holding("vllm-0"), holding("vllm-1")) == [State.FIRING, State.FIRING]
+    changed = tracker.record(
+        diagnosis(absent("vllm-0"), holding("vllm-1")), trigger=Trigger.ROUND, now=AT + timedelta(minutes=1), for_=ZERO
+    )
+    assert sorted((f.labels["pod"], f.state, f.resolved_by) for f in changed) == [
+        ("vllm-0", State.RESOLVED, ResolvedBy.CLEAR),
+        ("vllm-1", State.FIRING, None),  # seen holding again
+    ]
+    assert [f.labels["pod"] for f in tracker.active()] == ["vllm-1"]
+    # Where the symptom is unknown, nothing ends: diagnosd could not look.
+    later = AT + timedelta(minutes=2)
+    assert tracker.record(diagnosis(unknown("vllm-1")), trigger=Trigger.ROUND, now=later, for_=ZERO) == []
+
+
+def test_a_fleet_level_finding_ends_where_the_symptom_is_clear_on_every_target(store: Store) -> None:
+    """No fleet-level result (a narrowed round walks nothing where the symptom is clear): the
+    symptom is clear everywhere, so the fleet's cause is cleared, not called gone."""
+    tracker = Tracker(store)
+    tracker.record(fleetwide(True, Verdict.MATCHED), trigger=Trigger.ROUND, now=AT, for_=ZERO)
+    later = AT + timedelta(minutes=1)
+    mixed = tracker.record(diagnosis(absent("vllm-0"), unknown("vllm-1")), trigger=Trigger.ROUND, now=later, for_=ZERO)
+    assert mixed == []  # one target could not be looked at: the fleet's cause may still hold
+    end = AT + timedelta(minutes=2)
+    cleared = tracker.record(
+        diagnosis(absent("vllm-0"), absent("vllm-1")), trigger=Trigger.ROUND, now=end, for_=ZERO, complete_scope={}
+    )
+    assert [(f.labels, f.state, f.resolved_by) for f in cleared] == [
+        ({"level": "fleet"}, State.RESOLVED, ResolvedBy.CLEAR)
+    ]
 
 
 # Many diagnoses in one transaction (an alert storm's parts), as the same recorded one by one.

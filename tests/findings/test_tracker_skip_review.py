@@ -57,6 +57,18 @@ class PreviousTracker(Tracker):
         seen = {labels_key(t.labels) for t in diagnosis.targets}
         if diagnosis.fleet:
             seen.add(labels_key(fleet_labels(diagnosis)))
+        # Since narrowed rounds: where the symptom is clear, every active finding on the target
+        # ends (on the fleet's labels too where it is clear on every target), its cause among the
+        # target's checks or not. Spelled here the naive way, one clear observation each.
+        absent = [t.labels for t in diagnosis.targets if t.symptom_present is False]
+        if absent and len(absent) == len(diagnosis.targets):
+            absent.append(fleet_labels(diagnosis))
+            seen.add(labels_key(fleet_labels(diagnosis)))
+        stepped = {f.fingerprint for f in (*changed.values(), *forgotten)}
+        for f in list(self._active.values()):
+            if f.symptom == diagnosis.symptom and f.fingerprint not in stepped and f.labels in absent:
+                o = Observation(diagnosis.symptom, f.cause, f.labels, Observed.CLEAR)
+                self._step(o, now, for_, trigger, alert, diagnosis.evaluated_at, changed, forgotten)
         if complete_scope is not None:
             for f in self._active.values():
                 if f.symptom == diagnosis.symptom and labels_key(f.labels) not in seen and _within(f, complete_scope):

@@ -243,6 +243,16 @@ class StoreSettings(Section):
         return redact(self.url.get_secret_value()) if self.url is not None else str(self.path)
 
 
+class Walk(StrEnum):
+    """Where a round walks each tree (engine/narrowed.py)."""
+
+    # Where the symptom holds or is unknown: a clear target keeps its detect, and exports its
+    # detect's value alone (diagnosd_check_value{check="detect"}).
+    NARROWED = "narrowed"
+    # Every target, clear ones too: every check's value exported for every target.
+    WHOLE = "whole"
+
+
 class SchedulerSettings(Section):
     enabled: bool = True
     interval: Duration = timedelta(seconds=30)
@@ -251,6 +261,7 @@ class SchedulerSettings(Section):
     # Symptoms evaluated in rounds; empty: every loaded tree.
     symptoms: list[str] = []
     concurrency: Annotated[int, Field(ge=1, le=64)] = 4
+    walk: Walk = Walk.NARROWED
 
 
 class FindingsSettings(Section):

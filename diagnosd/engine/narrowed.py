@@ -1,0 +1,89 @@
+"""A fleet's diagnosis that walks the tree only where the symptom is not ruled out.
+
+On a fleet of 1000 pods with one in trouble, the whole walk reads every branch's series for the
+1000 pods and judges 1000 walks, to say of 999 what their detect already said: the symptom is not
+there, so no cause of it holds. A narrowed diagnosis asks the detect for the whole scope first,
+then walks the tree over the targets where the symptom holds or could not be established (their
+possible causes need the branches), with the scope narrowed to those targets' label values as
+triage narrows its walks. Each of those targets is diagnosed exactly as the whole walk diagnoses
+it (tests/engine/test_choices_real_prometheus.py holds every tree to it: the rewrite narrows only
+the series that identify a target, never the peers, model groups, nodes or workloads a check
+compares it with). A target where the symptom is clear keeps its detect and no checks.
+
+Where the walk has to read the whole scope anyway, it does: when the detect saw no target (there
+is nothing to narrow to, and what the branches say of the fleet is all there is), and when the
+narrowed walk met a fleet-level check (an answer without target labels sums what the scope holds,
+so narrowed it would sum the walked targets alone).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from datetime import datetime
+
+from diagnosd.engine.evaluator import Evaluator
+from diagnosd.engine.scope import Scope
+from diagnosd.errors import ScopeError
+from diagnosd.findings.model import Diagnosis, TargetDiagnosis
+from diagnosd.trees.model import Tree
+
+
+def detect_only(tree: Tree) -> Tree:
+    """The tree with its detect alone: no checks, no traffic gate (a copy; the tree is untouched).
+    The traffic gate applies to checks only, so the detect's verdicts are the whole tree's."""
+    return tree.model_copy(update={"nodes": [], "traffic": None})
+
+
+def walked_scope(scope: Scope, targets: Sequence[TargetDiagnosis], strict: Collection[str] = ()) -> Scope:
+    """The scope narrowed to `targets`; as it was where a target's label value cannot be a
+    scope's (longer than any real one, not unicode), so that the walk still runs. A strict label
+    is never narrowed: its matcher goes on every series, the peers and joins a check reads beside
+    the target too, which would then be cut to the walked targets' values."""
+    try:
+        return scope.narrowed([{k: v for k, v in t.labels.items() if k not in strict} for t in targets])
+    except ScopeError:
+        return scope
+
+
+async def diagnose_narrowed(
+    evaluator: Evaluator,
+    tree: Tree,
+    scope: Scope,
+    at: datetime | None = None,
+    overrides: Mapping[str, float | str] | None = None,
+) -> Diagnosis:
+    """The diagnosis of `tree` over `scope`, walked where the symptom is not clear (module doc)."""
+    detected = await evaluator.diagnose(detect_only(tree), scope, at, overrides)
+    if not detected.targets:
+        return await evaluator.diagnose(tree, scope, at, overrides)
+    walked = [t for t in detected.targets if t.symptom_present is not False]
+    if not walked:
+        return detected
+    narrowed = walked_scope(scope, walked, evaluator.strict_labels)
+    full = await evaluator.diagnose(tree, narrowed, at, overrides)
+    if full.fleet and narrowed != scope:
+        full = await evaluator.diagnose(tree, scope, at, overrides)
+    return merged(detected, full)
+
+
+def merged(detected: Diagnosis, walked: Diagnosis) -> Diagnosis:
+    """The detect pass' targets, each not clear there replaced by its walk (the walk's own verdict
+    stands where an answer changed between the two passes: it is one consistent reading); the
+    detect pass' scope, both passes' queries and notes, the walk's fleet-level results."""
+    labels = detected.target_labels
+    by_key = {tuple(t.labels.get(k, "") for k in labels): t for t in walked.targets}
+    targets = tuple(
+        t if t.symptom_present is False else by_key.get(tuple(t.labels.get(k, "") for k in labels), t)
+        for t in detected.targets
+    )
+    return Diagnosis(
+        symptom=detected.symptom,
+        title=detected.title,
+        evaluated_at=detected.evaluated_at,
+        scope=detected.scope,
+        target_labels=labels,
+        targets=targets,
+        queries=detected.queries + walked.queries,
+        notes=tuple(dict.fromkeys((*detected.notes, *walked.notes))),
+        fleet=walked.fleet,
+    )
