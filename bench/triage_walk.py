@@ -5,7 +5,7 @@ repeats; needs prometheus and promtool on PATH). Each fleet is the harness' (ben
 pods with their GPUs, nodes and a gateway, one pod with a full KV pool), backfilled into a real
 Prometheus (kept under --fleets DIR when given, and taken from there the next time). Per N, the
 two ways take turns in one process, so that both meet the same noise: `Diagnoser.triage` with the
-walk scoped to the targets where the symptom is present (engine/triage.py `_walked_scope`), and
+walk scoped to the targets where the symptom is present (engine/narrowed.py `walked_scope`), and
 with the walk over the whole scope, as before. Prints, per N and way, the median wall time, the
 queries sent, the CPU seconds Prometheus spent per triage and the ratios narrowed / whole; and
 checks the two boards name the same hits, causes and values.
@@ -44,12 +44,12 @@ def walking(way: str) -> Iterator[None]:
     if way == "narrowed":
         yield
         return
-    shipped = triage._walked_scope
-    triage._walked_scope = lambda scope, matched, strict=(): scope
+    shipped = triage.walked_scope
+    triage.walked_scope = lambda scope, targets, strict=(): scope
     try:
         yield
     finally:
-        triage._walked_scope = shipped
+        triage.walked_scope = shipped
 
 
 def said(board: Board) -> list[Any]:

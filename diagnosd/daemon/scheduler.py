@@ -145,7 +145,7 @@ class Scheduler:
     ) -> Outcome:
         async with limit:
             try:
-                narrowed = self._settings.scheduler.walk is Walk.NARROWED
+                narrowed = self._settings.scheduler.walk == Walk.NARROWED
                 looked = await self._diagnoser.diagnose(
                     tree, scope, at, Trigger.ROUND, source=source, narrowed=narrowed
                 )

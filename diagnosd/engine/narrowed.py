@@ -10,22 +10,29 @@ it (tests/engine/test_choices_real_prometheus.py holds every tree to it: the rew
 the series that identify a target, never the peers, model groups, nodes or workloads a check
 compares it with). A target where the symptom is clear keeps its detect and no checks.
 
-Where the walk has to read the whole scope anyway, it does: when the detect saw no target (there
-is nothing to narrow to, and what the branches say of the fleet is all there is), and when the
-narrowed walk met a fleet-level check (an answer without target labels sums what the scope holds,
-so narrowed it would sum the walked targets alone).
+Where the walk has to read the whole scope anyway, it does: when a query of the tree may answer
+for no target (a `count`, a `sum` without the target labels: its value is the whole scope's,
+which narrowed would be the walked targets' alone; trees/promql.answers_per_target), when the
+detect saw no target (there is nothing to narrow to, and what the branches say of the fleet is all
+there is), and when the narrowed walk still met a fleet-level answer (series without the target
+labels).
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Collection, Mapping, Sequence
-from datetime import datetime
+from dataclasses import replace
+from datetime import UTC, datetime
 
+from diagnosd.engine import params as P
 from diagnosd.engine.evaluator import Evaluator
 from diagnosd.engine.scope import Scope
 from diagnosd.errors import ScopeError
 from diagnosd.findings.model import Diagnosis, TargetDiagnosis
-from diagnosd.trees.model import Tree
+from diagnosd.topology import Topology
+from diagnosd.trees import promql
+from diagnosd.trees.model import Tree, queries
 
 
 def detect_only(tree: Tree) -> Tree:
@@ -53,23 +60,43 @@ async def diagnose_narrowed(
     overrides: Mapping[str, float | str] | None = None,
 ) -> Diagnosis:
     """The diagnosis of `tree` over `scope`, walked where the symptom is not clear (module doc)."""
+    at = (at or evaluator.clock()).astimezone(UTC)  # one moment for both passes
+    if not _per_target(tree, P.effective(tree, overrides), evaluator.topology):
+        return await evaluator.diagnose(tree, scope, at, overrides)
     detected = await evaluator.diagnose(detect_only(tree), scope, at, overrides)
     if not detected.targets:
-        return await evaluator.diagnose(tree, scope, at, overrides)
+        whole = await evaluator.diagnose(tree, scope, at, overrides)
+        return replace(whole, queries=detected.queries + whole.queries)
     walked = [t for t in detected.targets if t.symptom_present is not False]
     if not walked:
         return detected
     narrowed = walked_scope(scope, walked, evaluator.strict_labels)
     full = await evaluator.diagnose(tree, narrowed, at, overrides)
+    sent = full.queries
     if full.fleet and narrowed != scope:
         full = await evaluator.diagnose(tree, scope, at, overrides)
-    return merged(detected, full)
+        sent += full.queries
+    return replace(merged(detected, full), queries=detected.queries + sent)
+
+
+def _per_target(tree: Tree, values: Mapping[str, float | str], topology: Topology) -> bool:
+    """Whether every query of the tree answers per target (none may sum the whole scope)."""
+    key = tuple(sorted(values.items()))
+    return all(_answers_per_target(text, key, tuple(tree.target), topology) for _, text in queries(tree))
+
+
+@functools.lru_cache(maxsize=1024)
+def _answers_per_target(
+    text: str, values: tuple[tuple[str, float | str], ...], target: tuple[str, ...], topology: Topology
+) -> bool:
+    expanded = promql.substitute(text, dict(values), list(target), topology)
+    return promql.answers_per_target(promql.parse(expanded), target)
 
 
 def merged(detected: Diagnosis, walked: Diagnosis) -> Diagnosis:
     """The detect pass' targets, each not clear there replaced by its walk (the walk's own verdict
     stands where an answer changed between the two passes: it is one consistent reading); the
-    detect pass' scope, both passes' queries and notes, the walk's fleet-level results."""
+    detect pass' scope, both passes' queries, the walk's notes and fleet-level results."""
     labels = detected.target_labels
     by_key = {tuple(t.labels.get(k, "") for k in labels): t for t in walked.targets}
     targets = tuple(
@@ -84,6 +111,6 @@ def merged(detected: Diagnosis, walked: Diagnosis) -> Diagnosis:
         target_labels=labels,
         targets=targets,
         queries=detected.queries + walked.queries,
-        notes=tuple(dict.fromkeys((*detected.notes, *walked.notes))),
+        notes=walked.notes,  # the walk reads the detect too: its notes cover both
         fleet=walked.fleet,
     )

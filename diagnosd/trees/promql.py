@@ -7,7 +7,7 @@ Prometheus will parse.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from datetime import timedelta
 
 import promql_parser as pp
@@ -195,3 +195,95 @@ def unsafe_literals(expr: pp.Expr) -> list[str]:
 
     pp.walk(expr, pre_visit=visit)
     return bad
+
+
+# Functions whose answer has no labels at all (or only those of equality matchers: absent).
+_LABELLESS = frozenset({"scalar", "vector", "time", "pi", "absent", "absent_over_time"})
+# Aggregations that keep each sample's own labels.
+_SELECTING = frozenset({"topk", "bottomk", "limitk", "limit_ratio"})
+# Functions that set the label named by their second argument.
+_LABEL_SETTING = frozenset({"label_replace", "label_join"})
+
+
+def answers_per_target(expr: pp.Expr, target: Collection[str]) -> bool:
+    """Whether every sample of the answer carries the `target` labels, given series that carry
+    them: False for an expression that may answer for no target at all (a `sum` without them, a
+    `count`, `scalar()`, a one-to-one match `on` other labels), whose value then depends on
+    every series in scope. Prometheus' label rules (promql/engine.go resultMetric): a one-to-one
+    match keeps the `on` labels alone, or drops the `ignoring` ones; group_left keeps the left
+    side's and the included ones of the right, group_right the reverse; `and` / `unless` the
+    left side's; `or` either side's."""
+    wanted = frozenset(target)
+    return _present(expr, wanted) == wanted
+
+
+def _present(node: pp.Expr, wanted: frozenset[str]) -> frozenset[str]:
+    """The `wanted` labels every sample of `node`'s answer certainly carries."""
+    none: frozenset[str] = frozenset()
+    if isinstance(node, (pp.VectorSelector, pp.MatrixSelector)):
+        return wanted
+    if isinstance(node, (pp.ParenExpr, pp.UnaryExpr, pp.SubqueryExpr)):
+        return _present(node.expr, wanted)
+    if isinstance(node, pp.Call):
+        if node.func.name in _LABELLESS:
+            return none
+        vectors = [a for a in node.args if not _is_scalar(a)]
+        if not vectors:
+            return none
+        found = _present(vectors[0], wanted)
+        if node.func.name in _LABEL_SETTING and isinstance(node.args[1], pp.StringLiteral):
+            found |= wanted & {node.args[1].val}
+        return found
+    if isinstance(node, pp.AggregateExpr):
+        inner = _present(node.expr, wanted)
+        if str(node.op) in _SELECTING:
+            return inner
+        modifier = node.modifier
+        if modifier is None:
+            return none
+        if modifier.type == pp.AggModifierType.By:
+            return inner & set(modifier.labels)
+        return inner - set(modifier.labels)
+    if isinstance(node, pp.BinaryExpr):
+        return _binary_present(node, wanted)
+    return none
+
+
+def _binary_present(node: pp.BinaryExpr, wanted: frozenset[str]) -> frozenset[str]:
+    if _is_scalar(node.lhs) and _is_scalar(node.rhs):
+        return frozenset()
+    if _is_scalar(node.lhs):
+        return _present(node.rhs, wanted)
+    if _is_scalar(node.rhs):
+        return _present(node.lhs, wanted)
+    lhs, rhs = _present(node.lhs, wanted), _present(node.rhs, wanted)
+    op = str(node.op)
+    if op == "or":
+        return lhs & rhs
+    modifier = node.modifier
+    if op in ("and", "unless") or modifier is None:
+        return lhs
+    included = set(modifier.group_labels or ())
+    if modifier.card == pp.VectorMatchCardinality.ManyToOne:
+        return lhs | (rhs & included)
+    if modifier.card == pp.VectorMatchCardinality.OneToMany:
+        return rhs | (lhs & included)
+    matching = modifier.matching
+    if matching is None:
+        return lhs
+    if matching.type == pp.LabelModifierType.Include:  # on (...)
+        return lhs & set(matching.labels)
+    return lhs - set(matching.labels)
+
+
+def _is_scalar(node: pp.Expr) -> bool:
+    """A number or string, or an expression of numbers and scalar() / time() calls alone."""
+    if isinstance(node, (pp.NumberLiteral, pp.StringLiteral)):
+        return True
+    if isinstance(node, (pp.ParenExpr, pp.UnaryExpr)):
+        return _is_scalar(node.expr)
+    if isinstance(node, pp.Call):
+        return node.func.name in ("scalar", "time", "pi")
+    if isinstance(node, pp.BinaryExpr):
+        return _is_scalar(node.lhs) and _is_scalar(node.rhs)
+    return False

@@ -1,7 +1,7 @@
 """Triage walks a present symptom's tree over its present targets alone: the board must not change.
 
 The detect pass reads every target; the walk of a symptom present on some of them reads the scope
-narrowed to those targets' values of the tree's target labels (engine/triage.py `_walked_scope`).
+narrowed to those targets' values of the tree's target labels (engine/narrowed.py `walked_scope`).
 A present target's walk must give the same verdicts, cause and numbers as the walk over the whole
 scope: checks that compare a target with its peers or its model group read those through
 `@unscoped` parts or through series the rewrite does not narrow (node, workload, autoscaler), and
@@ -14,7 +14,7 @@ fleets a narrowing that cut peers off would show first (a wider sample, SGLang's
 and a quiet healthy day among them, agreed too; bench/triage_walk.py compares the two walks on
 the harness' fleets of 10 and 1000 pods). The healthy fleets' boards are held empty by
 tests/drills/test_triage_fleets.py, which walks them narrowed. The reference board walks over
-the whole scope (`_walked_scope` replaced by the identity); the narrowed walk's queries must carry
+the whole scope (`walked_scope` replaced by the identity); the narrowed walk's queries must carry
 the present targets' values, or the comparison proves nothing.
 """
 
@@ -106,7 +106,7 @@ def _run(url: str, monkeypatch: pytest.MonkeyPatch, *, narrowed: bool) -> Run:
     queries: list[str] = []
     walks: list[tuple[list[dict[str, str]], Scope]] = []
     walked_targets: dict[str, dict[tuple[tuple[str, str], ...], TargetDiagnosis]] = {}
-    original = triage_module._walked_scope
+    original = triage_module.walked_scope
     diagnose = Evaluator.diagnose
 
     async def recorded(self: Evaluator, tree: Tree, *args: Any, **kwargs: Any) -> Diagnosis:
@@ -131,7 +131,7 @@ def _run(url: str, monkeypatch: pytest.MonkeyPatch, *, narrowed: bool) -> Run:
             return await diagnoser.triage(Scope(), AT)
 
     with monkeypatch.context() as patch:
-        patch.setattr(triage_module, "_walked_scope", walked)
+        patch.setattr(triage_module, "walked_scope", walked)
         patch.setattr(triage_module, "_Recorder", Recording)
         patch.setattr(Evaluator, "diagnose", recorded)
         board = asyncio.run(go())
