@@ -7,7 +7,7 @@ Prometheus (kept under --fleets DIR when given, and taken from there the next ti
 daemons composed alike but for `scheduler.walk` (narrowed, as shipped; whole, as before) share
 that Prometheus and take turns at rounds in one process, so that both meet the same noise.
 Printed per N and way: the median round wall time, the queries sent, the CPU seconds diagnosd
-and Prometheus spent per round, the target states kept (what /metrics exports per target), and
+and Prometheus spent per round, the check values kept (diagnosd_check_value's series), and
 the ratios narrowed / whole; and whether both daemons hold the same findings after every round.
 """
 
@@ -83,7 +83,8 @@ async def measure(url: str, here: Path, repeats: int) -> dict[str, dict[str, Any
                 out[way]["own"].append(time.process_time() - own)
                 out[way]["cpu"].append(await _prometheus_cpu(url) - cpu)
                 out[way]["queries"] = counters[way].queries
-                out[way]["states"] = len(daemons[way].tracker.states(ANCHOR, settings(url, here).findings.state_ttl))
+                kept = daemons[way].tracker.states(ANCHOR, settings(url, here).findings.state_ttl)
+                out[way]["states"] = sum(len(state.values) for state in kept)
             agree = agree and held(daemons["narrowed"]) == held(daemons["whole"])
         out["narrowed"]["held"] = held(daemons["narrowed"])
     out["narrowed"]["agree"] = agree
@@ -96,7 +97,7 @@ def main(args: argparse.Namespace) -> None:
         print(f"a scheduler round over every shipped tree, medians of {args.repeats}")
         print(
             f"{'pods':>6} {'way':>9} {'queries':>8} {'wall ms':>9} {'own cpu s':>10} {'prom cpu s':>11} "
-            f"{'states':>7} {'wall x':>7} {'own x':>6} {'prom x':>7}"
+            f"{'values':>7} {'wall x':>7} {'own x':>6} {'prom x':>7}"
         )
         for pods in args.sizes:
             here = fleet(pods, root)
