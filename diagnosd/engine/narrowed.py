@@ -72,11 +72,11 @@ async def diagnose_narrowed(
         return detected
     narrowed = walked_scope(scope, walked, evaluator.strict_labels)
     full = await evaluator.diagnose(tree, narrowed, at, overrides)
-    sent = full.queries
     if full.fleet and narrowed != scope:
+        discarded = full.queries
         full = await evaluator.diagnose(tree, scope, at, overrides)
-        sent += full.queries
-    return replace(merged(detected, full), queries=detected.queries + sent)
+        full = replace(full, queries=full.queries + discarded)  # every query sent is counted
+    return merged(detected, full)
 
 
 def _per_target(tree: Tree, values: Mapping[str, float | str], topology: Topology) -> bool:
@@ -98,11 +98,12 @@ def merged(detected: Diagnosis, walked: Diagnosis) -> Diagnosis:
     stands where an answer changed between the two passes: it is one consistent reading); the
     detect pass' scope, both passes' queries, the walk's notes and fleet-level results."""
     labels = detected.target_labels
-    by_key = {tuple(t.labels.get(k, "") for k in labels): t for t in walked.targets}
-    targets = tuple(
-        t if t.symptom_present is False else by_key.get(tuple(t.labels.get(k, "") for k in labels), t)
-        for t in detected.targets
-    )
+
+    def key(t: TargetDiagnosis) -> tuple[str, ...]:
+        return tuple(t.labels.get(label, "") for label in labels)
+
+    by_key = {key(t): t for t in walked.targets}
+    targets = tuple(t if t.symptom_present is False else by_key.get(key(t), t) for t in detected.targets)
     return Diagnosis(
         symptom=detected.symptom,
         title=detected.title,

@@ -145,11 +145,12 @@ class Tracker:
         for o in observe(diagnosis):
             if o.seen is Observed.HOLDS or (o.seen is Observed.CLEAR and o.cause in holding):
                 self._step(o, now, for_, trigger, alert, diagnosis.evaluated_at, changed, forgotten)
-        seen = {labels_key(t.labels) for t in diagnosis.targets}
+        keys = [labels_key(t.labels) for t in diagnosis.targets]
+        seen = set(keys)
         if diagnosis.fleet:
             seen.add(labels_key(fleet_labels(diagnosis)))
         if holding:
-            seen |= self._clear_where_absent(diagnosis, now, changed, forgotten)
+            seen |= self._clear_where_absent(diagnosis, keys, now, changed, forgotten)
         if complete_scope is not None:
             for f in self._active.values():
                 if f.symptom == diagnosis.symptom and labels_key(f.labels) not in seen and _within(f, complete_scope):
@@ -165,13 +166,19 @@ class Tracker:
         return changed, forgotten, states, removed
 
     def _clear_where_absent(
-        self, diagnosis: Diagnosis, now: datetime, changed: dict[str, Finding], forgotten: list[Finding]
+        self,
+        diagnosis: Diagnosis,
+        keys: Sequence[str],
+        now: datetime,
+        changed: dict[str, Finding],
+        forgotten: list[Finding],
     ) -> set[str]:
         """Where the symptom is not there no cause holds: every finding still active on a target
         where it is clear ends, whatever checks the diagnosis walked there (a narrowed round walks
-        none), and a fleet-level one ends where it is clear on every target. Returns the keys of
-        the labels it looked at, the fleet's included (seen: not gone)."""
-        absent = {labels_key(t.labels) for t in diagnosis.targets if t.symptom_present is False}
+        none), and a fleet-level one ends where it is clear on every target. `keys`: each target's
+        labels_key, in order. Returns the keys of the labels it looked at, the fleet's included
+        (seen: not gone)."""
+        absent = {k for k, t in zip(keys, diagnosis.targets, strict=True) if t.symptom_present is False}
         if absent and len(absent) == len(diagnosis.targets):
             absent.add(labels_key(fleet_labels(diagnosis)))
         handled = changed.keys() | {f.fingerprint for f in forgotten}
